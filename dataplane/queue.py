@@ -1,0 +1,463 @@
+"""The queue client: producer and consumer sides of ``maestro_queues``.
+
+States::
+
+    pending --claim--> in_progress --complete--> done
+                           |  \\--fail (budget left)--> pending (after backoff)
+                           |   \\-fail (at cutoff)----> poison   (+ done notify)
+                           |    \\release (shutdown)--> pending (claim not counted)
+                           \\--lease lapses--> claimable again (the lease *is* the retry)
+
+Invariants:
+
+* At most one live (``pending``/``in_progress``) row per dedupe key; an identical
+  enqueue attaches to it (``coalesced``).
+* Every write by a claimer is *fenced*: it applies only while ``id``,
+  ``locked_by`` and the ``dequeue_count`` seen at claim still match and the row
+  is ``in_progress``. A claimer whose lease lapsed and whose row was re-claimed
+  cannot touch the newer claim: it gets :class:`LeaseLost` (or the id is missing
+  from a batch's answer) and must drop its work.
+* Completion writes the result (and blob), and sends the done notify, in one
+  statement — so one transaction: a woken listener can always read the row.
+* Every method is one database round trip (enqueue: two when it loses a race
+  to a row its snapshot could not see).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import DictRow
+
+from dataplane.db import MAX_IDENTIFIER_BYTES, Database, check_channel
+from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.sql import q
+
+LEASE_SECONDS = 120.0  # claim lease
+FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
+MAX_DEQUEUES = 5  # poison cutoff written into new rows
+BLOB_TTL_SECONDS = 24 * 3600.0  # blob retention
+MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
+MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more
+MAX_ERROR_TEXT = 4000  # characters of last_error kept
+ENQUEUE_ATTEMPTS = 5  # races with a row finishing under our feet
+
+STATUSES = ("pending", "in_progress", "done", "poison")
+LIVE_STATUSES = ("pending", "in_progress")
+
+_TYPE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def check_queue_type(queue_type: str) -> str:
+    """Validate a queue type: lower-case letters, digits, ``-`` and ``_``."""
+    if not isinstance(queue_type, str) or not _TYPE.fullmatch(queue_type):
+        raise InvalidArgument(
+            f"queue type must match {_TYPE.pattern} (e.g. 'surface-probe'), got {queue_type!r}"
+        )
+    for channel in (done_channel(queue_type), wake_channel(queue_type)):
+        if len(channel.encode()) > MAX_IDENTIFIER_BYTES:
+            raise InvalidArgument(f"queue type {queue_type!r} is too long for its channel names")
+    return queue_type
+
+
+def check_status(status: str) -> str:
+    if status not in STATUSES:
+        raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    return status
+
+
+def done_channel(queue_type: str) -> str:
+    """``surface-x`` -> ``surface_x_done``; ``surface-x-dev`` -> ``surface_x_dev_done``.
+
+    Must agree with the SQL function ``maestro_done_channel``.
+    """
+    return queue_type.replace("-", "_") + "_done"
+
+
+def wake_channel(queue_type: str) -> str:
+    """The channel an enqueue notifies so an idle claimer wakes at once."""
+    return f"{queue_type}_enqueued"
+
+
+def to_json(value: Any, *, what: str = "value") -> str:
+    """Canonical compact JSON for a jsonb column; a clear error when impossible."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{what} is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidArgument(f"{what} contains a NUL character, which jsonb cannot store")
+    return text
+
+
+def _check_positive(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise InvalidArgument(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check_non_negative(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: uuid.UUID
+    coalesced: bool
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A row as this claimer holds it; the fence is (id, worker_id, dequeue_count)."""
+
+    id: uuid.UUID
+    type: str
+    dedupe_key: str
+    payload: dict[str, Any]
+    dequeue_count: int
+    max_dequeues: int
+    created_at: datetime
+    claimed_at: datetime
+    lease_expires_at: datetime
+    worker_id: str
+
+    @property
+    def queue_wait_ms(self) -> float:
+        return (self.claimed_at - self.created_at).total_seconds() * 1000.0
+
+    @property
+    def last_attempt(self) -> bool:
+        return self.dequeue_count >= self.max_dequeues
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    content_type: str
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes | bytearray | memoryview):
+            raise InvalidArgument("blob data must be bytes")
+        if not self.content_type or "/" not in self.content_type:
+            raise InvalidArgument(f"blob content type looks wrong: {self.content_type!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlob:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    content_type: str
+    data: bytes
+    size: int
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One finished job for :meth:`QueueClient.complete_many`."""
+
+    job: ClaimedJob
+    result: Any
+    blob: Blob | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A queue row as readers (BFF, operators) see it."""
+
+    id: uuid.UUID
+    type: str
+    status: str
+    dedupe_key: str
+    payload: dict[str, Any]
+    result: Any
+    last_error: str | None
+    locked_by: str | None
+    dequeue_count: int
+    max_dequeues: int
+    available_at: datetime
+    lease_expires_at: datetime | None
+    created_at: datetime
+    claimed_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "poison")
+
+
+def _job_uuid(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidArgument(f"not a job id: {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    lease_seconds: float = LEASE_SECONDS
+    fail_backoff_seconds: float = FAIL_BACKOFF_SECONDS
+    max_dequeues: int = MAX_DEQUEUES
+    blob_ttl_seconds: float = BLOB_TTL_SECONDS
+
+    def __post_init__(self) -> None:
+        _check_positive("lease_seconds", self.lease_seconds)
+        _check_non_negative("fail_backoff_seconds", self.fail_backoff_seconds)
+        _check_positive("blob_ttl_seconds", self.blob_ttl_seconds)
+        if not isinstance(self.max_dequeues, int) or self.max_dequeues < 1:
+            raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
+
+
+class QueueClient:
+    """Every queue operation, each one statement on a pooled connection."""
+
+    def __init__(self, db: Database, config: QueueConfig | None = None) -> None:
+        self.db = db
+        self.config = config or QueueConfig()
+
+    # -- producer ---------------------------------------------------------
+
+    async def enqueue(
+        self,
+        queue_type: str,
+        dedupe_key: str,
+        payload: Mapping[str, Any],
+        *,
+        max_dequeues: int | None = None,
+    ) -> EnqueueResult:
+        """Insert a job, or attach to the live one with the same dedupe key."""
+        check_queue_type(queue_type)
+        if not isinstance(dedupe_key, str) or not dedupe_key:
+            raise InvalidArgument("dedupe_key must be a non-empty string")
+        if not isinstance(payload, Mapping):
+            raise InvalidArgument("payload must be a JSON object")
+        cutoff = self.config.max_dequeues if max_dequeues is None else max_dequeues
+        if not isinstance(cutoff, int) or cutoff < 1:
+            raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {cutoff!r}")
+        params = {
+            "type": queue_type,
+            "dedupe_key": dedupe_key,
+            "payload": to_json(payload, what="payload"),
+            "max_dequeues": cutoff,
+            "wake_channel": wake_channel(queue_type),
+        }
+        for _ in range(ENQUEUE_ATTEMPTS):
+            row = await self.db.fetchone(q("job_enqueue"), params)
+            if row is None:
+                # The conflicting row committed after this statement's snapshot.
+                row = await self.db.fetchone(q("job_find_live"), {"dedupe_key": dedupe_key})
+            if row is not None:
+                return EnqueueResult(row["id"], row["coalesced"], row["status"])
+        raise DatabaseError(f"enqueue of {dedupe_key!r} kept racing with finishing rows")
+
+    # -- consumer ---------------------------------------------------------
+
+    async def claim(
+        self,
+        queue_type: str,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first."""
+        check_queue_type(queue_type)
+        if not worker_id:
+            raise InvalidArgument("worker_id must be a non-empty string")
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise InvalidArgument(f"limit must be an integer in 1..{MAX_CLAIM_BATCH}, got {limit}")
+        lease = _check_positive(
+            "lease_seconds", self.config.lease_seconds if lease_seconds is None else lease_seconds
+        )
+        rows = await self.db.fetchall(
+            q("job_claim"),
+            {"type": queue_type, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
+        )
+        jobs = [_claimed(row, worker_id) for row in rows]
+        jobs.sort(key=lambda j: j.created_at)
+        return jobs
+
+    async def renew(
+        self, jobs: Sequence[ClaimedJob], *, lease_seconds: float | None = None
+    ) -> set[uuid.UUID]:
+        """Extend the leases of held jobs; returns the ids still held (others are lost)."""
+        if not jobs:
+            return set()
+        lease = _check_positive(
+            "lease_seconds", self.config.lease_seconds if lease_seconds is None else lease_seconds
+        )
+        rows = await self.db.fetchall(
+            q("lease_renew"),
+            {**_fence_params(jobs), "lease_seconds": lease},
+        )
+        return {row["id"] for row in rows}
+
+    async def complete(self, job: ClaimedJob, result: Any, *, blob: Blob | None = None) -> None:
+        """Finish one held job; raises :class:`LeaseLost` if the claim is no longer ours."""
+        done = await self.complete_many([Completion(job, result, blob)])
+        if job.id not in done:
+            raise LeaseLost(f"job {job.id}: claim {job.dequeue_count} by {job.worker_id} is lost")
+
+    async def complete_error(self, job: ClaimedJob, error: HttpError) -> None:
+        """An expected error: the job is answered with the error payload, never retried."""
+        if not isinstance(error, HttpError):
+            raise InvalidArgument("complete_error takes an HttpError")
+        await self.complete(job, error.to_payload())
+
+    async def complete_many(self, completions: Sequence[Completion]) -> set[uuid.UUID]:
+        """Finish several held jobs in one statement; returns the ids that committed.
+
+        All completions must come from one claimer (one ``worker_id``). Each job's
+        result, blob and done notify commit together.
+        """
+        if not completions:
+            return set()
+        worker_ids = {c.job.worker_id for c in completions}
+        if len(worker_ids) != 1:
+            raise InvalidArgument("complete_many takes completions of one worker_id")
+        results = [to_json(c.result, what=f"result of job {c.job.id}") for c in completions]
+        rows = await self.db.fetchall(
+            q("job_complete"),
+            {
+                **_fence_params([c.job for c in completions]),
+                "results": results,
+                "blob_types": [c.blob.content_type if c.blob else None for c in completions],
+                "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
+                "blob_ttl_seconds": self.config.blob_ttl_seconds,
+            },
+        )
+        return {row["id"] for row in rows}
+
+    async def fail(
+        self, job: ClaimedJob, error: str, *, backoff_seconds: float | None = None
+    ) -> str:
+        """An unexpected error: back to ``pending`` after the backoff, or ``poison`` at the
+        cutoff (with a done notify). Returns the new status; :class:`LeaseLost` if not held.
+        """
+        backoff = _check_non_negative(
+            "backoff_seconds",
+            self.config.fail_backoff_seconds if backoff_seconds is None else backoff_seconds,
+        )
+        row = await self.db.fetchone(
+            q("job_fail"),
+            {
+                "id": job.id,
+                "worker_id": job.worker_id,
+                "dequeue_count": job.dequeue_count,
+                "backoff_seconds": backoff,
+                "error": str(error)[:MAX_ERROR_TEXT],
+            },
+        )
+        if row is None:
+            raise LeaseLost(f"job {job.id}: claim {job.dequeue_count} by {job.worker_id} is lost")
+        status: str = row["status"]
+        return status
+
+    async def release(self, jobs: Sequence[ClaimedJob]) -> set[uuid.UUID]:
+        """Hand held jobs back (shutdown): pending at once, the claim not counted."""
+        if not jobs:
+            return set()
+        rows = await self.db.fetchall(q("job_release"), _fence_params(jobs))
+        return {row["id"] for row in rows}
+
+    # -- readers ----------------------------------------------------------
+
+    async def get(self, job_id: uuid.UUID | str) -> JobRow | None:
+        row = await self.db.fetchone(q("job_get"), {"id": _job_uuid(job_id)})
+        return JobRow.from_row(row) if row is not None else None
+
+    async def get_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
+        ids = [_job_uuid(j) for j in job_ids]
+        if not ids:
+            return []
+        rows = await self.db.fetchall(q("job_get_many"), {"ids": ids})
+        return [JobRow.from_row(row) for row in rows]
+
+    async def list(
+        self, *, status: str | None = None, queue_type: str | None = None, limit: int = 50
+    ) -> list[JobRow]:
+        if status is not None:
+            check_status(status)
+        if queue_type is not None:
+            check_queue_type(queue_type)
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidArgument(f"limit must be in 1..10000, got {limit}")
+        rows = await self.db.fetchall(
+            q("job_list"), {"status": status, "type": queue_type, "limit": limit}
+        )
+        return [JobRow.from_row(row) for row in rows]
+
+    async def retry(self, job_id: uuid.UUID | str) -> bool:
+        """Re-drive a poison job; False if it is not poison (or does not exist)."""
+        row = await self.db.fetchone(q("job_retry"), {"id": _job_uuid(job_id)})
+        return row is not None
+
+    async def counts(self) -> list[tuple[str, str, int]]:
+        rows = await self.db.fetchall(q("job_counts"))
+        return [(row["type"], row["status"], row["n"]) for row in rows]
+
+    async def get_blob(self, job_id: uuid.UUID | str) -> StoredBlob | None:
+        row = await self.db.fetchone(q("blob_get"), {"job_id": _job_uuid(job_id)})
+        if row is None:
+            return None
+        return StoredBlob(
+            id=row["id"],
+            job_id=row["job_id"],
+            content_type=row["content_type"],
+            data=bytes(row["data"]),
+            size=row["size"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+        )
+
+    async def notify(self, channel: str, payload: str = "") -> None:
+        """Send one notification (e.g. the cache-invalidation broadcast)."""
+        check_channel(channel)
+        if len(payload.encode()) > MAX_NOTIFY_PAYLOAD:
+            raise InvalidArgument(
+                f"notify payload is {len(payload.encode())} bytes; "
+                f"Postgres allows at most {MAX_NOTIFY_PAYLOAD}"
+            )
+        await self.db.execute(q("notify_send"), {"channel": channel, "payload": payload})
+
+
+def _claimed(row: DictRow, worker_id: str) -> ClaimedJob:
+    return ClaimedJob(
+        id=row["id"],
+        type=row["type"],
+        dedupe_key=row["dedupe_key"],
+        payload=row["payload"],
+        dequeue_count=row["dequeue_count"],
+        max_dequeues=row["max_dequeues"],
+        created_at=row["created_at"],
+        claimed_at=row["claimed_at"],
+        lease_expires_at=row["lease_expires_at"],
+        worker_id=worker_id,
+    )
+
+
+def _fence_params(jobs: Sequence[ClaimedJob]) -> dict[str, Any]:
+    worker_ids = {j.worker_id for j in jobs}
+    if len(worker_ids) != 1:
+        raise InvalidArgument("a batch must hold jobs of one worker_id")
+    return {
+        "ids": [j.id for j in jobs],
+        "dequeue_counts": [j.dequeue_count for j in jobs],
+        "worker_id": worker_ids.pop(),
+    }

@@ -1,0 +1,64 @@
+"""Named SQL statements, loaded from the ``sql/queries/*.sql`` files.
+
+Each statement sits under a ``-- name: noun_verb`` header followed by a one-line
+``--`` description. Runtime code never builds SQL strings: it looks statements up
+here by name. The ``sql/`` tree lives at the repository root and is shipped
+inside the wheel as ``dataplane/sql``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import LiteralString, cast
+
+_HEADER = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def sql_root() -> Path:
+    """The ``sql/`` directory: inside the installed package, or the source tree's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sql", here.parent / "sql"):
+        if (candidate / "migrations").is_dir():
+            return candidate
+    raise FileNotFoundError(f"no sql/ directory next to {here}")
+
+
+def parse_queries(text: str, *, source: str = "<string>") -> dict[str, LiteralString]:
+    """Split a ``.sql`` file into ``{name: statement}``; duplicate names are an error."""
+    queries: dict[str, LiteralString] = {}
+    matches = list(_HEADER.finditer(text))
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body_lines = [
+            line for line in text[match.end() : end].splitlines() if not line.startswith("--")
+        ]
+        body = "\n".join(body_lines).strip().rstrip(";").strip()
+        name = match.group(1)
+        if not body:
+            raise ValueError(f"{source}: query {name!r} is empty")
+        if name in queries:
+            raise ValueError(f"{source}: query {name!r} defined twice")
+        queries[name] = cast(LiteralString, body)
+    return queries
+
+
+@cache
+def queries() -> dict[str, LiteralString]:
+    """Every named statement of ``sql/queries/``."""
+    found: dict[str, LiteralString] = {}
+    for path in sorted((sql_root() / "queries").glob("*.sql")):
+        for name, body in parse_queries(path.read_text(), source=path.name).items():
+            if name in found:
+                raise ValueError(f"{path.name}: query {name!r} also defined in another file")
+            found[name] = body
+    return found
+
+
+def q(name: str) -> LiteralString:
+    """The statement called ``name``."""
+    try:
+        return queries()[name]
+    except KeyError:
+        raise KeyError(f"no SQL statement named {name!r} in sql/queries/") from None

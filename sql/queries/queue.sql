@@ -1,0 +1,211 @@
+-- Statements of the queue client (dataplane/queue.py). Each one is a single
+-- statement, so each commits atomically; a pg_notify inside one is delivered
+-- only when that statement's transaction commits.
+
+-- name: job_enqueue
+-- Insert a job unless an identical one is live; attach to the live one otherwise.
+-- The wake-up notify rides in the same statement, so it fires on commit.
+WITH ins AS (
+    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues)
+    VALUES (%(type)s, %(dedupe_key)s, %(payload)s::jsonb, %(max_dequeues)s)
+    ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
+    RETURNING id, status
+), wake AS (
+    SELECT pg_notify(%(wake_channel)s, '') FROM ins
+)
+SELECT ins.id, ins.status, false AS coalesced
+FROM ins
+WHERE (SELECT count(*) FROM wake) >= 0
+UNION ALL
+SELECT q.id, q.status, true AS coalesced
+FROM maestro_queues q
+WHERE q.dedupe_key = %(dedupe_key)s
+  AND q.status IN ('pending', 'in_progress')
+  AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: job_find_live
+-- The live job of a dedupe key (after an enqueue lost the race to a row its snapshot missed).
+SELECT id, status, true AS coalesced
+FROM maestro_queues
+WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress');
+
+-- name: job_claim
+-- Claim up to `limit` claimable rows of one type, oldest first: pending rows past
+-- their backoff and in_progress rows whose lease lapsed, below the poison cutoff.
+WITH claimable AS MATERIALIZED (
+    SELECT id
+    FROM maestro_queues
+    WHERE type = %(type)s
+      AND status IN ('pending', 'in_progress')
+      AND available_at <= now()
+      AND (status = 'pending' OR lease_expires_at <= now())
+      AND dequeue_count < max_dequeues
+    ORDER BY available_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE maestro_queues q
+SET status = 'in_progress',
+    locked_by = %(worker_id)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    available_at = now() + make_interval(secs => %(lease_seconds)s),
+    dequeue_count = q.dequeue_count + 1,
+    claimed_at = now()
+FROM claimable
+WHERE q.id = claimable.id
+RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
+          q.created_at, q.claimed_at, q.lease_expires_at;
+
+-- name: lease_renew
+-- Extend the lease of every listed row this worker still holds (fenced).
+UPDATE maestro_queues q
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+    available_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::uuid[], %(dequeue_counts)s::int[]) AS held(id, dequeue_count)
+WHERE q.id = held.id
+  AND q.locked_by = %(worker_id)s
+  AND q.dequeue_count = held.dequeue_count
+  AND q.status = 'in_progress'
+RETURNING q.id;
+
+-- name: job_complete
+-- Finish held rows (fenced): result, optional blob, and the done notify, all in
+-- this one statement. A row whose claim was lost is left untouched.
+WITH v AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(dequeue_counts)s::int[], %(results)s::jsonb[],
+                %(blob_types)s::text[], %(blob_data)s::bytea[])
+         AS v(id, dequeue_count, result, blob_type, blob_data)
+), done AS (
+    UPDATE maestro_queues q
+    SET status = 'done',
+        result = v.result,
+        completed_at = now(),
+        lease_expires_at = NULL
+    FROM v
+    WHERE q.id = v.id
+      AND q.locked_by = %(worker_id)s
+      AND q.dequeue_count = v.dequeue_count
+      AND q.status = 'in_progress'
+    RETURNING q.id, q.type
+), blobs AS (
+    INSERT INTO surface_result_blobs (job_id, content_type, data, size, expires_at)
+    SELECT v.id, v.blob_type, v.blob_data, octet_length(v.blob_data),
+           now() + make_interval(secs => %(blob_ttl_seconds)s)
+    FROM v JOIN done ON done.id = v.id
+    WHERE v.blob_data IS NOT NULL
+    RETURNING job_id
+)
+SELECT done.id
+FROM done
+CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.id::text)) AS n
+WHERE (SELECT count(*) FROM blobs) >= 0;
+
+-- name: job_fail
+-- An unexpected error (fenced): back to pending after the backoff, or to poison
+-- at the cutoff, in which case the done channel hears of it at once.
+WITH f AS (
+    UPDATE maestro_queues q
+    SET status = CASE WHEN q.dequeue_count >= q.max_dequeues THEN 'poison' ELSE 'pending' END,
+        available_at = now() + make_interval(secs => %(backoff_seconds)s),
+        last_error = %(error)s,
+        locked_by = CASE WHEN q.dequeue_count >= q.max_dequeues THEN q.locked_by END,
+        lease_expires_at = NULL,
+        completed_at = CASE WHEN q.dequeue_count >= q.max_dequeues THEN now() END
+    WHERE q.id = %(id)s
+      AND q.locked_by = %(worker_id)s
+      AND q.dequeue_count = %(dequeue_count)s
+      AND q.status = 'in_progress'
+    RETURNING q.id, q.type, q.status
+)
+SELECT f.id, f.status
+FROM f
+LEFT JOIN LATERAL (
+    SELECT pg_notify(maestro_done_channel(f.type), f.id::text) WHERE f.status = 'poison'
+) AS n ON true;
+
+-- name: job_release
+-- Hand held rows back (graceful shutdown): pending, claimable at once, and the
+-- claim that is being returned does not count toward the poison cutoff.
+WITH r AS (
+    UPDATE maestro_queues q
+    SET status = 'pending',
+        locked_by = NULL,
+        lease_expires_at = NULL,
+        available_at = now(),
+        dequeue_count = q.dequeue_count - 1
+    FROM unnest(%(ids)s::uuid[], %(dequeue_counts)s::int[]) AS held(id, dequeue_count)
+    WHERE q.id = held.id
+      AND q.locked_by = %(worker_id)s
+      AND q.dequeue_count = held.dequeue_count
+      AND q.status = 'in_progress'
+    RETURNING q.id, q.type
+)
+SELECT r.id
+FROM r
+CROSS JOIN LATERAL (SELECT pg_notify(r.type || '_enqueued', '')) AS n;
+
+-- name: job_get
+-- One job as the BFF and operators see it.
+SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
+       dequeue_count, max_dequeues, available_at, lease_expires_at,
+       created_at, claimed_at, completed_at
+FROM maestro_queues
+WHERE id = %(id)s;
+
+-- name: job_get_many
+-- Several jobs at once (the reply pump's notify fan-out and sweep).
+SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
+       dequeue_count, max_dequeues, available_at, lease_expires_at,
+       created_at, claimed_at, completed_at
+FROM maestro_queues
+WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: job_list
+-- Operators' view: the newest jobs, optionally of one status and one type.
+SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
+       dequeue_count, max_dequeues, available_at, lease_expires_at,
+       created_at, claimed_at, completed_at
+FROM maestro_queues
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+ORDER BY created_at DESC
+LIMIT %(limit)s;
+
+-- name: job_retry
+-- Re-drive a poison job: pending again with a fresh dequeue budget, wake claimers.
+WITH r AS (
+    UPDATE maestro_queues
+    SET status = 'pending', dequeue_count = 0, available_at = now(), locked_by = NULL,
+        lease_expires_at = NULL, completed_at = NULL, claimed_at = NULL
+    WHERE id = %(id)s AND status = 'poison'
+    RETURNING id, type
+)
+SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(r.type || '_enqueued', '')) AS n;
+
+-- name: job_counts
+-- Queue depth by type and status.
+SELECT type, status, count(*) AS n
+FROM maestro_queues
+GROUP BY type, status
+ORDER BY type, status;
+
+-- name: blob_get
+-- The newest unexpired blob of a job.
+SELECT id, job_id, content_type, data, size, created_at, expires_at
+FROM surface_result_blobs
+WHERE job_id = %(job_id)s AND expires_at > now()
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: notify_send
+-- A bare notification (e.g. cache invalidation broadcast).
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: listen
+-- Subscribe the dedicated listener connection to one channel ({channel} is an Identifier).
+LISTEN {channel};
+
+-- name: ping
+-- Liveness check of a connection.
+SELECT 1;

