@@ -20,18 +20,24 @@ log = logging.getLogger("dataplane")
 
 
 async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    async with open_bridge(), open_database(
-        DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="migrate")
-    ) as db:
+    async with (
+        open_bridge(),
+        open_database(
+            DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="migrate")
+        ) as db,
+    ):
         applied = await migrate(db)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     return 0
 
 
 async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
-    async with open_bridge(), open_database(
-        DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="jobs")
-    ) as db:
+    async with (
+        open_bridge(),
+        open_database(
+            DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="jobs")
+        ) as db,
+    ):
         client = QueueClient(db)
         if args.action == "retry":
             if not args.job_id:
@@ -49,7 +55,7 @@ async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
                 return 1
             print(json.dumps(_job_json(job), indent=2, default=str))
             return 0
-        jobs = await client.list(status=args.status, queue_type=args.type, limit=args.limit)
+        jobs = await client.list_jobs(status=args.status, queue_type=args.type, limit=args.limit)
         print(f"{'id':36}  {'type':24}  {'status':11}  {'tries':>5}  created / last error")
         for job in jobs:
             err = (job.last_error or "").splitlines()[-1:] or [""]

@@ -53,8 +53,8 @@ def _bind_psycopg_to_bridge() -> None:
 
     import psycopg.waiting
 
-    if psycopg.waiting.get_running_loop is not asyncio.get_running_loop:
-        psycopg.waiting.get_running_loop = asyncio.get_running_loop  # type: ignore[attr-defined]
+    if getattr(psycopg.waiting, "get_running_loop", None) is not asyncio.get_running_loop:
+        setattr(psycopg.waiting, "get_running_loop", asyncio.get_running_loop)  # noqa: B010
 
 
 _bind_psycopg_to_bridge()
@@ -158,9 +158,7 @@ async def _connect(config: DatabaseConfig, loop: Any) -> Connection:
             conn: Connection = await run_on_loop(loop, connect())
             return conn
     except trio.TooSlowError:
-        raise DatabaseUnavailable(
-            f"could not connect within {config.connect_timeout:g}s"
-        ) from None
+        raise DatabaseUnavailable(f"could not connect within {config.connect_timeout:g}s") from None
     except (psycopg.Error, OSError) as exc:
         raise translate(exc) from exc
 
@@ -225,26 +223,25 @@ class Database:
         self,
         fn: Callable[..., Awaitable[T]],
         *args: Any,
-        timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> T:
         """Run ``await fn(conn, *args)`` (an asyncio-side coroutine) on a pooled connection.
 
         Blocks for a free connection up to the acquire timeout (``PoolTimeout``),
-        then for the call up to ``timeout`` (default: the config's call timeout;
+        then for the call up to ``call_timeout`` (default: the config's call timeout;
         ``DatabaseUnavailable`` past it). Driver errors come out as
         ``DatabaseError``/``DatabaseUnavailable``.
         """
         conn = await self._acquire()
         clean = False
         try:
-            with trio.fail_after(timeout if timeout is not None else self.config.call_timeout):
+            limit = call_timeout if call_timeout is not None else self.config.call_timeout
+            with trio.fail_after(limit):
                 result: T = await run_on_loop(self._loop, fn(conn, *args))
             clean = True
             return result
         except trio.TooSlowError:
-            raise DatabaseUnavailable(
-                f"database call timed out after {timeout or self.config.call_timeout:g}s"
-            ) from None
+            raise DatabaseUnavailable(f"database call timed out after {limit:g}s") from None
         except (psycopg.Error, OSError) as exc:
             err = translate(exc)
             if isinstance(err, DatabaseUnavailable):
@@ -352,9 +349,9 @@ async def _execute(
 
 
 @asynccontextmanager
-async def open_database(config: DatabaseConfig) -> AsyncIterator[Database]:
-    """A :class:`Database` on the current bridge loop, closed on exit."""
-    db = Database(config, current_loop())
+async def open_database(config: DatabaseConfig, *, loop: Any = None) -> AsyncIterator[Database]:
+    """A :class:`Database` on ``loop`` (default: this task's bridge loop), closed on exit."""
+    db = Database(config, loop if loop is not None else current_loop())
     try:
         yield db
     finally:

@@ -53,16 +53,16 @@ def free_port() -> int:
         return port
 
 
-def _as_user() -> dict[str, object]:
-    """subprocess kwargs that drop root to the embedded_postgres user."""
+def _server_user() -> tuple[int, int] | None:
+    """(uid, gid) to run Postgres as when we are root; None when we are not."""
     if os.geteuid() != 0:
-        return {}
+        return None
     try:
         entry = pwd.getpwnam(SYSTEM_USER)
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True)
         entry = pwd.getpwnam(SYSTEM_USER)
-    return {"user": entry.pw_uid, "group": entry.pw_gid}
+    return entry.pw_uid, entry.pw_gid
 
 
 def _open_path_to(path: Path) -> None:
@@ -99,20 +99,22 @@ class EmbeddedPostgres:
     def running(self) -> bool:
         if not self.initialised():
             return False
+        ids = _server_user()
         result = subprocess.run(
             [_bin("pg_ctl"), "-D", str(self.datadir), "status"],
             capture_output=True,
             check=False,
-            **_as_user(),  # type: ignore[arg-type]
+            user=ids[0] if ids else None,
+            group=ids[1] if ids else None,
         )
         return result.returncode == 0
 
     def start(self) -> str:
         """initdb if needed, start, wait until ready; return the superuser DSN."""
-        user = _as_user()
+        ids = _server_user()
         self.datadir.mkdir(parents=True, exist_ok=True)
-        if user:
-            os.chown(self.datadir, int(user["user"]), int(user["group"]))  # type: ignore[call-overload]
+        if ids:
+            os.chown(self.datadir, *ids)
             _open_path_to(self.datadir.parent)
             _open_path_to(POSTGRES_BIN_PATH)
         if not self.initialised():
@@ -172,6 +174,7 @@ class EmbeddedPostgres:
             return None
 
     def _run(self, argv: list[str], *, timeout: float = 120) -> None:
+        ids = _server_user()
         result = subprocess.run(
             argv,
             capture_output=True,
@@ -179,7 +182,8 @@ class EmbeddedPostgres:
             timeout=timeout,
             check=False,
             cwd=str(self.datadir.parent),
-            **_as_user(),  # type: ignore[arg-type]
+            user=ids[0] if ids else None,
+            group=ids[1] if ids else None,
         )
         if result.returncode != 0:
             log_tail = ""

@@ -12,7 +12,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import LiteralString, cast
+from typing import LiteralString
 
 from dataplane.db import Connection, Database
 from dataplane.errors import ConfigError
@@ -30,7 +30,7 @@ class Migration:
 
     @property
     def text(self) -> LiteralString:
-        return cast(LiteralString, self.path.read_text())
+        return self.path.read_text()  # our own migration file, not input
 
     @property
     def checksum(self) -> str:
@@ -49,7 +49,7 @@ def available(directory: Path | None = None) -> list[Migration]:
 async def migrate(db: Database, directory: Path | None = None) -> list[str]:
     """Apply every pending migration; return the versions applied by this call."""
     migrations = available(directory)
-    applied: list[str] = await db.run(_apply, migrations, timeout=MIGRATE_TIMEOUT)
+    applied: list[str] = await db.run(_apply, migrations, call_timeout=MIGRATE_TIMEOUT)
     for version in applied:
         log.info("migration applied: %s", version)
     return applied

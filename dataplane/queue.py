@@ -389,7 +389,7 @@ class QueueClient:
         rows = await self.db.fetchall(q("job_get_many"), {"ids": ids})
         return [JobRow.from_row(row) for row in rows]
 
-    async def list(
+    async def list_jobs(
         self, *, status: str | None = None, queue_type: str | None = None, limit: int = 50
     ) -> list[JobRow]:
         if status is not None:

@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -56,12 +57,15 @@ def admin_execute(admin_dsn: str, *statements: str) -> None:
 @pytest.fixture(scope="session")
 def template_db(pg_admin_dsn: str) -> Iterator[str]:
     """A database migrated once, copied for each test."""
-    admin_execute(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{TEMPLATE}"', f'CREATE DATABASE "{TEMPLATE}"')
+    admin_execute(
+        pg_admin_dsn, f'DROP DATABASE IF EXISTS "{TEMPLATE}"', f'CREATE DATABASE "{TEMPLATE}"'
+    )
 
     async def run() -> None:
-        async with open_bridge(), open_database(
-            DatabaseConfig(_with_db(pg_admin_dsn, TEMPLATE), pool_size=1)
-        ) as db:
+        async with (
+            open_bridge(),
+            open_database(DatabaseConfig(_with_db(pg_admin_dsn, TEMPLATE), pool_size=1)) as db,
+        ):
             await migrate(db)
 
     trio.run(run)
@@ -93,8 +97,15 @@ def queue_dsn(template_db: str, fresh_db: Callable[[str | None], str]) -> str:
 
 
 @pytest.fixture
-async def db(queue_dsn: str) -> AsyncIterator[Database]:
-    async with open_bridge(), open_database(DatabaseConfig(queue_dsn, pool_size=20)) as database:
+async def bridge() -> AsyncIterator[Any]:
+    """The test's asyncio loop (trio-asyncio), usable from every task of the test."""
+    async with open_bridge() as loop:
+        yield loop
+
+
+@pytest.fixture
+async def db(queue_dsn: str, bridge: Any) -> AsyncIterator[Database]:
+    async with open_database(DatabaseConfig(queue_dsn, pool_size=20), loop=bridge) as database:
         yield database
 
 
@@ -109,10 +120,10 @@ def repo_root() -> Path:
 
 
 async def wait_until(
-    predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.01
+    predicate: Callable[[], object], *, within: float = 10.0, interval: float = 0.01
 ) -> None:
-    """Poll ``predicate`` (sync or async) until truthy; fail after ``timeout`` seconds."""
-    with trio.fail_after(timeout):
+    """Poll ``predicate`` (sync or async) until truthy; fail after ``within`` seconds."""
+    with trio.fail_after(within):
         while True:
             value = predicate()
             if hasattr(value, "__await__"):

@@ -1,0 +1,215 @@
+"""Shared benchmark plumbing: a scratch server/database, machine facts, percentiles.
+
+Plain blocking functions (they run before and after ``trio.run``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dataplane.embedded import DEFAULT_SETTINGS, EmbeddedPostgres
+
+#: Server settings recorded with every result (the ones that move queue numbers).
+RECORDED_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "commit_delay",
+    "shared_buffers",
+    "max_connections",
+    "wal_level",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "autovacuum",
+)
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = dbname
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+@dataclass
+class Server:
+    """Where the benchmark runs: its DSN and how it got there."""
+
+    dsn: str
+    kind: str  # "embedded" or "external"
+    extra_settings: dict[str, str] = field(default_factory=dict)
+    datadir: Path | None = None
+
+
+@contextlib.contextmanager
+def scratch_server(prefix: str) -> Iterator[Server]:
+    """An embedded Postgres (durable defaults) or a scratch database on MAESTRO_QUEUES_URL.
+
+    Everything started or created here is stopped/dropped on exit, including on
+    KeyboardInterrupt (SIGINT) and SIGTERM (turned into KeyboardInterrupt).
+    """
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        external = os.environ.get("MAESTRO_QUEUES_URL")
+        if external:
+            with _external_database(external, f"{prefix}_{os.getpid()}") as server:
+                yield server
+        else:
+            with _embedded_server() as server:
+                yield server
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _embedded_server() -> Iterator[Server]:
+    tmp = Path(tempfile.mkdtemp(prefix="dataplane-bench-"))
+    pg = EmbeddedPostgres(tmp / "data")  # no FAST_SETTINGS: durable defaults
+    try:
+        pg.start()
+        yield Server(
+            dsn=pg.dsn(), kind="embedded", extra_settings=dict(DEFAULT_SETTINGS), datadir=tmp
+        )
+    finally:
+        try:
+            pg.destroy()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _external_database(admin_dsn: str, name: str) -> Iterator[Server]:
+    ident = pgsql.Identifier(name)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(ident))
+    try:
+        yield Server(dsn=with_dbname(admin_dsn, name), kind="external")
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+def server_settings(dsn: str) -> dict[str, str]:
+    """``SHOW`` of every recorded setting (plain blocking connection)."""
+    out: dict[str, str] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in RECORDED_SETTINGS:
+            row = conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()
+            out[name] = str(row[0]) if row else "?"
+    return out
+
+
+def fdatasync_probe(directory: Path | None, seconds: float = 0.3) -> dict[str, float] | None:
+    """8 kB write + fdatasync latency in ``directory`` (the data dir's disk), µs."""
+    if directory is None:
+        return None
+    path = directory / "fsync-probe"
+    samples: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        block = b"\0" * 8192
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end and len(samples) < 5000:
+            t0 = time.perf_counter()
+            os.pwrite(fd, block, 0)
+            os.fdatasync(fd)
+            samples.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return {"p50_us": round(percentile(samples, 50), 1), "p99_us": round(percentile(samples, 99), 1)}
+
+
+def machine_info(server_version: str) -> dict[str, Any]:
+    cpu_model = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem_total = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                kib = int(line.split()[1])
+                mem_total = f"{kib / 1024 / 1024:.1f} GiB"
+                break
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model,
+        "memory": mem_total,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "postgres": server_version,
+        "psycopg": psycopg.__version__,
+    }
+
+
+def percentile(samples: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (``pct`` in 0..100); NaN when empty."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = max(1, min(len(ordered), round(pct / 100.0 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    """p50/p90/p99/max/mean in milliseconds of samples given in seconds."""
+    ms = [s * 1000.0 for s in samples_s]
+    if not ms:
+        return {"n": 0}
+    return {
+        "n": len(ms),
+        "p50": round(percentile(ms, 50), 3),
+        "p90": round(percentile(ms, 90), 3),
+        "p99": round(percentile(ms, 99), 3),
+        "max": round(max(ms), 3),
+        "mean": round(statistics.fmean(ms), 3),
+    }
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def describe(mapping: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in mapping.items())

@@ -1,0 +1,368 @@
+"""The queue client against a real Postgres: coalescing, claims, leases, fencing,
+failure and poison, expected errors, release, blobs."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import trio
+
+from dataplane.db import Database, DatabaseConfig, Gap, Notification, open_database
+from dataplane.errors import HttpError, InvalidArgument, LeaseLost
+from dataplane.queue import Blob, ClaimedJob, Completion, QueueClient, done_channel, wake_channel
+from tests.conftest import wait_until
+
+T = "surface-probe"
+
+
+async def _row(db: Database, job_id: uuid.UUID) -> dict[str, object]:
+    row = await db.fetchone("SELECT * FROM maestro_queues WHERE id = %(id)s", {"id": job_id})
+    assert row is not None
+    return dict(row)
+
+
+async def test_concurrent_identical_enqueues_coalesce_on_one_row(
+    queue_dsn: str, bridge: Any
+) -> None:
+    # 50 callers over 50 separate connections (a pool of 50, all checked out at once).
+    async with open_database(DatabaseConfig(queue_dsn, pool_size=50), loop=bridge) as db:
+        client = QueueClient(db)
+        results = []
+        gate = trio.Event()
+
+        async def one() -> None:
+            await gate.wait()
+            results.append(await client.enqueue(T, "same-key", {"op": "echo"}))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(50):
+                nursery.start_soon(one)
+            await trio.sleep(0.05)
+            gate.set()
+
+        assert db.statistics().connects >= 25  # really concurrent, not serialised on one
+        assert len({r.job_id for r in results}) == 1
+        assert sorted(r.coalesced for r in results) == [False] + [True] * 49
+        count = await db.fetchone("SELECT count(*) AS n FROM maestro_queues")
+        assert count is not None and count["n"] == 1
+
+
+async def test_finished_rows_do_not_absorb_new_requests(queue: QueueClient, db: Database) -> None:
+    first = await queue.enqueue(T, "k", {})
+    (job,) = await queue.claim(T, "w")
+    await queue.complete(job, {"v": 1})
+    second = await queue.enqueue(T, "k", {})
+    assert not second.coalesced and second.job_id != first.job_id
+
+    (job2,) = await queue.claim(T, "w", lease_seconds=60)
+    await db.execute(
+        "UPDATE maestro_queues SET max_dequeues = 1 WHERE id = %(id)s", {"id": job2.id}
+    )
+    assert await queue.fail(job2, "boom") == "poison"
+    third = await queue.enqueue(T, "k", {})
+    assert not third.coalesced and third.job_id not in (first.job_id, second.job_id)
+    # ...while a live row does absorb.
+    fourth = await queue.enqueue(T, "k", {})
+    assert fourth.coalesced and fourth.job_id == third.job_id
+
+
+async def test_enqueue_wakes_listeners_on_the_type_channel(
+    db: Database, queue: QueueClient
+) -> None:
+    listener = db.listener([wake_channel(T)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        await queue.enqueue(T, "wake-1", {})
+        with trio.fail_after(5):
+            event = await listener.events.receive()
+        assert event == Notification(wake_channel(T), "")
+        # A coalesced enqueue inserts nothing and so wakes nobody.
+        await queue.enqueue(T, "wake-1", {})
+        with trio.move_on_after(0.3):
+            extra = await listener.events.receive()
+            pytest.fail(f"coalesced enqueue sent a notification: {extra}")
+        nursery.cancel_scope.cancel()
+
+
+async def test_four_claimers_take_every_job_exactly_once(queue_dsn: str, bridge: Any) -> None:
+    n_jobs = 2000
+    async with open_database(DatabaseConfig(queue_dsn, pool_size=8), loop=bridge) as db:
+        client = QueueClient(db)
+
+        async def produce(start: int) -> None:
+            for i in range(start, n_jobs, 8):
+                await client.enqueue(T, f"job-{i}", {"i": i})
+
+        async with trio.open_nursery() as nursery:
+            for s in range(8):
+                nursery.start_soon(produce, s)
+
+        claimed: dict[str, list[uuid.UUID]] = {f"w{i}": [] for i in range(4)}
+
+        async def claimer(worker: str) -> None:
+            idle = 0
+            while idle < 3:
+                jobs = await client.claim(T, worker, limit=25)
+                if not jobs:
+                    idle += 1
+                    await trio.sleep(0.01)
+                    continue
+                idle = 0
+                claimed[worker].extend(j.id for j in jobs)
+                done = await client.complete_many([Completion(j, {"by": worker}) for j in jobs])
+                assert done == {j.id for j in jobs}
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for worker in claimed:
+                    nursery.start_soon(claimer, worker)
+
+        every = [job for jobs in claimed.values() for job in jobs]
+        assert len(every) == n_jobs
+        assert len(set(every)) == n_jobs
+        assert all(claimed.values()), "every claimer should have won some rows"
+        stats = await db.fetchone(
+            "SELECT count(*) FILTER (WHERE status = 'done') AS done,"
+            " max(dequeue_count) AS max_dc, min(dequeue_count) AS min_dc FROM maestro_queues"
+        )
+        assert stats == {"done": n_jobs, "max_dc": 1, "min_dc": 1}
+
+
+async def test_claim_takes_several_rows_oldest_first(queue: QueueClient) -> None:
+    ids = [(await queue.enqueue(T, f"o-{i}", {"i": i})).job_id for i in range(5)]
+    await queue.enqueue("surface-other", "other", {})
+    jobs = await queue.claim(T, "w", limit=3)
+    assert [j.id for j in jobs] == ids[:3]
+    assert all(j.dequeue_count == 1 and j.type == T for j in jobs)
+    rest = await queue.claim(T, "w", limit=10)
+    assert [j.id for j in rest] == ids[3:]
+    assert await queue.claim(T, "w") == []
+
+
+async def _wait_claimable(queue: QueueClient, worker: str, lease: float = 30) -> ClaimedJob:
+    got: list[ClaimedJob] = []
+
+    async def claimed() -> bool:
+        got.extend(await queue.claim(T, worker, lease_seconds=lease))
+        return bool(got)
+
+    await wait_until(claimed, within=10, interval=0.02)
+    return got[0]
+
+
+async def test_lapsed_lease_is_reclaimed_and_the_old_claim_is_fenced_out(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await queue.enqueue(T, "lease", {})
+    (old,) = await queue.claim(T, "worker-a", lease_seconds=0.2)
+    assert old.dequeue_count == 1
+    # Not claimable while the lease holds.
+    assert await queue.claim(T, "worker-b", lease_seconds=30) == []
+    new = await _wait_claimable(queue, "worker-b")
+    assert new.id == enq.job_id and new.dequeue_count == 2
+    before = await _row(db, enq.job_id)
+
+    with pytest.raises(LeaseLost):
+        await queue.complete(old, {"stale": True})
+    assert await queue.renew([old]) == set()
+    with pytest.raises(LeaseLost):
+        await queue.fail(old, "stale failure")
+    assert await queue.release([old]) == set()
+    assert await _row(db, enq.job_id) == before  # untouched by every stale write
+
+    assert await queue.renew([new]) == {new.id}
+    await queue.complete(new, {"fresh": True})
+    row = await _row(db, enq.job_id)
+    assert row["status"] == "done" and row["result"] == {"fresh": True}
+    assert row["locked_by"] == "worker-b" and row["dequeue_count"] == 2
+
+
+async def test_fenced_write_also_needs_the_same_worker(queue: QueueClient) -> None:
+    await queue.enqueue(T, "who", {})
+    (job,) = await queue.claim(T, "worker-a")
+    impostor = replace(job, worker_id="worker-b")
+    with pytest.raises(LeaseLost):
+        await queue.complete(impostor, {})
+    await queue.complete(job, {})
+
+
+async def test_failed_job_waits_for_its_backoff_then_poisons_at_the_cutoff(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await queue.enqueue(T, "flaky", {}, max_dequeues=2)
+    listener = db.listener([done_channel(T)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+
+        (first,) = await queue.claim(T, "w")
+        assert await queue.fail(first, "first failure", backoff_seconds=0.5) == "pending"
+        row = await _row(db, enq.job_id)
+        assert row["status"] == "pending" and row["last_error"] == "first failure"
+        assert await queue.claim(T, "w") == []  # inside the backoff
+        second = await _wait_claimable(queue, "w")
+        waited = (second.claimed_at - row["available_at"]).total_seconds()  # type: ignore[operator]
+        assert waited >= 0
+        assert second.dequeue_count == 2
+
+        assert await queue.fail(second, "second failure", backoff_seconds=0) == "poison"
+        with trio.fail_after(5):
+            event = await listener.events.receive()
+        assert event == Notification(done_channel(T), str(enq.job_id))
+        row = await _row(db, enq.job_id)
+        assert row["status"] == "poison" and row["last_error"] == "second failure"
+        assert row["completed_at"] is not None
+        assert await queue.claim(T, "w") == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_expected_error_completes_with_the_error_payload(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await queue.enqueue(T, "forbidden", {})
+    (job,) = await queue.claim(T, "w")
+    await queue.complete_error(job, HttpError(403, "staff only"))
+    row = await _row(db, enq.job_id)
+    assert row["status"] == "done"
+    assert row["result"] == {"error": {"status": 403, "message": "staff only"}}
+    assert row["dequeue_count"] == 1
+    assert await queue.claim(T, "w") == []
+
+
+async def test_release_returns_the_row_without_counting_toward_poison(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await queue.enqueue(T, "released", {}, max_dequeues=2)
+    for _ in range(5):  # more releases than the dequeue budget
+        (job,) = await queue.claim(T, "w")
+        assert job.dequeue_count == 1
+        assert await queue.release([job]) == {enq.job_id}
+        row = await _row(db, enq.job_id)
+        assert row["status"] == "pending" and row["dequeue_count"] == 0
+        assert row["locked_by"] is None
+    (job,) = await queue.claim(T, "w")
+    await queue.complete(job, {"ok": 1})
+    assert (await _row(db, enq.job_id))["status"] == "done"
+
+
+async def test_done_notify_always_finds_the_finished_row(queue_dsn: str, bridge: Any) -> None:
+    """Under concurrency, every listener wake-up can read the row it names."""
+    n_jobs = 300
+    async with open_database(DatabaseConfig(queue_dsn, pool_size=12), loop=bridge) as db:
+        client = QueueClient(db)
+        for i in range(n_jobs):
+            await client.enqueue(T, f"n-{i}", {"i": i})
+        listener = db.listener([done_channel(T)])
+        seen: dict[str, dict[str, object]] = {}
+
+        async def reader() -> None:
+            async for event in listener.events:
+                assert isinstance(event, Notification)
+                row = await client.get(event.payload)  # a fresh read, another connection
+                assert row is not None
+                seen[event.payload] = {"status": row.status, "result": row.result}
+                if len(seen) == n_jobs:
+                    return
+
+        async def completer(worker: str) -> None:
+            while jobs := await client.claim(T, worker, limit=7):
+                await client.complete_many([Completion(j, {"i": j.payload["i"]}) for j in jobs])
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(listener.run)
+                nursery.start_soon(reader)
+                async with trio.open_nursery() as workers:
+                    for w in range(6):
+                        workers.start_soon(completer, f"w{w}")
+                await wait_until(lambda: len(seen) == n_jobs, within=30)
+                nursery.cancel_scope.cancel()
+        assert len(seen) == n_jobs
+        assert all(v["status"] == "done" and v["result"] is not None for v in seen.values())
+
+
+async def test_blob_goes_in_with_the_completion_and_only_then(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await queue.enqueue(T, "pdf", {})
+    (job,) = await queue.claim(T, "w", lease_seconds=0.1)
+    pdf = b"%PDF-1.7\n" + bytes(range(256)) * 10
+    await queue.complete(job, {"blobRef": {"size": len(pdf)}}, blob=Blob("application/pdf", pdf))
+    blob = await queue.get_blob(enq.job_id)
+    assert blob is not None and blob.data == pdf and blob.size == len(pdf)
+    assert blob.content_type == "application/pdf"
+
+    # A fenced-out completion writes no blob.
+    enq2 = await queue.enqueue(T, "pdf2", {})
+    (stale,) = await queue.claim(T, "a", lease_seconds=0.1)
+    fresh = await _wait_claimable(queue, "b")
+    with pytest.raises(LeaseLost):
+        await queue.complete(stale, {}, blob=Blob("application/pdf", b"stale"))
+    assert await queue.get_blob(enq2.job_id) is None
+    await queue.complete(fresh, {}, blob=Blob("application/pdf", b"fresh"))
+    got = await queue.get_blob(enq2.job_id)
+    assert got is not None and got.data == b"fresh"
+
+
+async def test_listener_reconnects_after_its_connection_is_killed(
+    db: Database, queue: QueueClient
+) -> None:
+    listener = db.listener([wake_channel(T)], reconnect_delays=(0.1, 0.2), check_interval=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        pid = listener.backend_pid()
+        assert pid is not None
+        await db.fetchone("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+        with trio.fail_after(10):
+            event = await listener.events.receive()
+        assert isinstance(event, Gap)
+        assert listener.backend_pid() not in (None, pid)
+        await queue.enqueue(T, "after-reconnect", {})
+        with trio.fail_after(5):
+            event = await listener.events.receive()
+        assert event == Notification(wake_channel(T), "")
+        assert listener.statistics().reconnects == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_done_channel_matches_the_sql_function(db: Database) -> None:
+    for t in ("surface-probe", "surface-probe-dev", "surface-learner_views"):
+        row = await db.fetchone("SELECT maestro_done_channel(%(t)s) AS c", {"t": t})
+        assert row is not None and row["c"] == done_channel(t)
+    assert done_channel("surface-x-dev") != done_channel("surface-x")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.enqueue("Surface Probe", "k", {}),
+        lambda c: c.enqueue("surface-" + "x" * 60, "k", {}),
+        lambda c: c.enqueue(T, "", {}),
+        lambda c: c.enqueue(T, "k", ["not", "an", "object"]),
+        lambda c: c.enqueue(T, "k", {"when": object()}),
+        lambda c: c.enqueue(T, "k", {"nan": float("nan")}),
+        lambda c: c.enqueue(T, "k", {"nul": "a\x00b"}),
+        lambda c: c.enqueue(T, "k", {}, max_dequeues=0),
+        lambda c: c.claim(T, "w", lease_seconds=-1),
+        lambda c: c.claim(T, "w", limit=0),
+        lambda c: c.claim(T, "", limit=1),
+        lambda c: c.list_jobs(status="finished"),
+        lambda c: c.get("not-a-uuid"),
+        lambda c: c.notify("dataplane_invalidate", "x" * 8000),
+        lambda c: c.notify("x" * 64, ""),
+    ],
+)
+async def test_bad_input_raises_a_clear_error(queue: QueueClient, call: object) -> None:
+    with pytest.raises(InvalidArgument):
+        await call(queue)  # type: ignore[operator]
+    assert (await queue.counts()) == []  # nothing written
+
+
+def test_http_error_accepts_only_expected_statuses() -> None:
+    for status in (400, 403, 404):
+        assert HttpError(status, "x").to_payload() == {"error": {"status": status, "message": "x"}}
+    for status in (200, 401, 500):
+        with pytest.raises(InvalidArgument):
+            HttpError(status, "x")
