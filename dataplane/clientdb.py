@@ -1,0 +1,85 @@
+"""Client databases: proving a credential read-only, and the demo LMS data set.
+
+:func:`prove_read_only` is the worker's boot check: the credential it holds for
+the client DB must not be able to write anything it can see (no INSERT, UPDATE,
+DELETE or TRUNCATE on any table, no CREATE on any schema or on the database, not
+a superuser). :func:`create_demo_db` builds the seeded demo DB of
+``sql/client_demo/`` and its ``dataplane_ro`` role.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.errors import ConfigError
+from dataplane.sql import q, sql_root
+
+log = logging.getLogger(__name__)
+
+DEMO_DB_NAME = "dataplane_demo"
+DEMO_RO_ROLE = "dataplane_ro"
+SEED_TIMEOUT = 600.0  # seconds for one seed file
+
+
+async def prove_read_only(db: Database) -> None:
+    """Raise :class:`ConfigError` listing what the credential could write."""
+    rows = await db.fetchall(q("ro_write_privileges"))
+    if rows:
+        shown = ", ".join(f"{r['kind']} {r['name']}" for r in rows[:5])
+        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        raise ConfigError(
+            f"CLIENT_DB_URL can write ({shown}{more}); the worker needs a read-only credential"
+        )
+
+
+def with_params(dsn: str, **changes: Any) -> str:
+    params = conninfo_to_dict(dsn)
+    params.update(changes)
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def demo_files() -> list[Path]:
+    return sorted((sql_root() / "client_demo").glob("*.sql"))
+
+
+async def create_demo_db(
+    admin_dsn: str,
+    *,
+    name: str = DEMO_DB_NAME,
+    ro_password: str = DEMO_RO_ROLE,
+    progress: Callable[[str], None] = print,
+    loop: Any = None,
+) -> str:
+    """Create, seed and lock down the demo client DB (once); return the read-only DSN."""
+    admin_cfg = DatabaseConfig(admin_dsn, pool_size=1, application_name="demo-db")
+    async with open_database(admin_cfg, loop=loop) as admin:
+        if await admin.fetchone(q("demo_db_exists"), {"name": name}) is None:
+            stmt = pgsql.SQL(q("demo_db_create")).format(name=pgsql.Identifier(name))
+            await admin.execute(stmt)
+            progress(f"created database {name}")
+    target = with_params(admin_dsn, dbname=name)
+    cfg = DatabaseConfig(target, pool_size=1, application_name="demo-db", call_timeout=SEED_TIMEOUT)
+    async with open_database(cfg, loop=loop) as db:
+        if await db.fetchone(q("demo_db_seeded")) is not None:
+            progress(f"demo database {name} is already seeded")
+        else:
+            files = demo_files()
+            if not files:
+                raise ConfigError("no sql/client_demo/*.sql files found")
+            for i, path in enumerate(files, 1):
+                started = time.monotonic()
+                progress(f"[{i}/{len(files)}] {path.name} ...")
+                await db.execute(path.read_text())  # type: ignore[arg-type]
+                progress(f"[{i}/{len(files)}] {path.name} done in {time.monotonic() - started:.1f}s")
+            await db.execute(q("demo_db_mark_seeded"))
+        stmt = pgsql.SQL(q("demo_role_password")).format(password=pgsql.Literal(ro_password))
+        await db.execute(stmt)
+    return with_params(target, user=DEMO_RO_ROLE, password=ro_password)

@@ -1,0 +1,170 @@
+"""The envelope: what a job carries, built from verified token claims only.
+
+``scopeKey = sha256(canonical(sorted(branches)) | staff)`` and
+``dedupeKey = sha256(surface | operation | version | client | scopeKey |
+canonical(params))``, where canonical JSON has sorted keys, no insignificant
+whitespace and UTF-8 text. Two operators whose scopes differ never share a job
+or a cache entry; equal params in any key order share both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataplane.errors import InvalidArgument
+
+ENVELOPE_VERSION = 1  # the shape of the payload, not an operation's version
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no insignificant whitespace, UTF-8 (not ASCII-escaped)."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"not canonical-JSON-serialisable: {exc}") from None
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def scope_key(branches: Sequence[str], staff: bool) -> str:
+    return _sha256(canonical_json(sorted(set(branches))) + "|" + ("1" if staff else "0"))
+
+
+def dedupe_key(
+    surface: str,
+    operation: str,
+    version: int,
+    client: str,
+    scope: str,
+    params: Mapping[str, Any],
+) -> str:
+    parts = [surface, operation, str(version), client, scope, canonical_json(params)]
+    if any("|" in p for p in parts[:4]):
+        raise InvalidArgument("surface, operation and client may not contain '|'")
+    return _sha256("|".join(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Who asks, from verified claims: never from a request body."""
+
+    client: str
+    user_id: str
+    actor_email: str
+    staff: bool
+    branches: tuple[str, ...]
+    scope_key: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.client or not isinstance(self.client, str):
+            raise InvalidArgument("auth.client must be a non-empty string")
+        if not isinstance(self.staff, bool):
+            raise InvalidArgument("auth.staff must be a boolean")
+        if not all(isinstance(b, str) and b for b in self.branches):
+            raise InvalidArgument("auth.branches must be non-empty strings")
+        object.__setattr__(self, "branches", tuple(sorted(set(self.branches))))
+        expected = scope_key(self.branches, self.staff)
+        if self.scope_key and self.scope_key != expected:
+            raise InvalidArgument("auth.scopeKey does not match branches and staff")
+        object.__setattr__(self, "scope_key", expected)
+
+    @property
+    def all_branches(self) -> bool:
+        return "*" in self.branches
+
+    def may_see_branch(self, branch: str) -> bool:
+        return self.all_branches or branch in self.branches
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "client": self.client,
+            "actorEmail": self.actor_email,
+            "staff": self.staff,
+            "branches": list(self.branches),
+            "scopeKey": self.scope_key,
+            "userId": self.user_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Auth:
+        try:
+            return cls(
+                client=data["client"],
+                user_id=str(data["userId"]),
+                actor_email=str(data.get("actorEmail") or ""),
+                staff=data["staff"],
+                branches=tuple(data["branches"]),
+                scope_key=str(data.get("scopeKey") or ""),
+            )
+        except (KeyError, TypeError) as exc:
+            raise InvalidArgument(f"envelope auth is malformed: {exc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    surface: str
+    operation: str
+    version: int
+    params: dict[str, Any]
+    auth: Auth
+    traceparent: str | None = None
+
+    @property
+    def dedupe_key(self) -> str:
+        return dedupe_key(
+            self.surface,
+            self.operation,
+            self.version,
+            self.auth.client,
+            self.auth.scope_key,
+            self.params,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": ENVELOPE_VERSION,
+            "surface": self.surface,
+            "operation": self.operation,
+            "version": self.version,
+            "params": self.params,
+            "auth": self.auth.to_json(),
+        }
+        if self.traceparent:
+            out["traceparent"] = self.traceparent
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Envelope:
+        if not isinstance(data, Mapping):
+            raise InvalidArgument("envelope must be a JSON object")
+        try:
+            surface, operation = data["surface"], data["operation"]
+            version, params = data["version"], data["params"]
+            auth = data["auth"]
+        except KeyError as exc:
+            raise InvalidArgument(f"envelope lacks {exc.args[0]!r}") from None
+        if not isinstance(surface, str) or not isinstance(operation, str):
+            raise InvalidArgument("envelope surface and operation must be strings")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise InvalidArgument("envelope version must be an integer")
+        if not isinstance(params, dict):
+            raise InvalidArgument("envelope params must be an object")
+        if not isinstance(auth, Mapping):
+            raise InvalidArgument("envelope auth must be an object")
+        traceparent = data.get("traceparent")
+        return cls(
+            surface=surface,
+            operation=operation,
+            version=version,
+            params=params,
+            auth=Auth.from_json(auth),
+            traceparent=traceparent if isinstance(traceparent, str) else None,
+        )

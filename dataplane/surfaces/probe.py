@@ -1,0 +1,122 @@
+"""The ``probe`` surface: synthetic checks and test traffic (``DATAPLANE_PROBE=1``).
+
+* ``echo {value}``: answers with what it got.
+* ``sleep {ms}``: sleeps, then answers (long jobs, leases, shutdown).
+* ``fail {times}``: an unexpected error on the first ``times`` claims of the job.
+* ``reject {status}``: an expected ``HttpError`` (400/403/404).
+* ``large {bytes}``: a result of that many bytes, so it goes out as a blob.
+
+None of its operations is cached: a probe measures the real path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from dataplane.errors import HttpError
+from dataplane.manifest import Operation, OperationContext, surface_of
+
+MAX_SLEEP_MS = 600_000
+MAX_LARGE_BYTES = 16 * 1024 * 1024
+
+
+class ProbeFailure(RuntimeError):
+    """The unexpected error ``probe.fail`` raises on purpose."""
+
+
+async def echo(ctx: OperationContext) -> Any:
+    return {"echo": ctx.params.get("value"), "client": ctx.auth.client}
+
+
+async def sleep(ctx: OperationContext) -> Any:
+    await trio.sleep(ctx.params["ms"] / 1000)
+    return {"slept_ms": ctx.params["ms"]}
+
+
+async def fail(ctx: OperationContext) -> Any:
+    if ctx.dequeue_count <= ctx.params["times"]:
+        raise ProbeFailure(f"probe.fail: attempt {ctx.dequeue_count} of {ctx.params['times']}")
+    return {"succeeded_on_attempt": ctx.dequeue_count}
+
+
+async def reject(ctx: OperationContext) -> Any:
+    raise HttpError(ctx.params["status"], ctx.params["message"])
+
+
+async def large(ctx: OperationContext) -> Any:
+    n = ctx.params["bytes"]
+    return {"filler": "x" * n}
+
+
+SURFACE = surface_of(
+    Operation(
+        "echo",
+        1,
+        {
+            "type": "object",
+            "properties": {"value": {"description": "anything JSON; echoed back"}},
+            "additionalProperties": False,
+        },
+        echo,
+        description="Answer with the given value.",
+    ),
+    Operation(
+        "sleep",
+        1,
+        {
+            "type": "object",
+            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+            "required": ["ms"],
+            "additionalProperties": False,
+        },
+        sleep,
+        description="Sleep for ms milliseconds, then answer.",
+    ),
+    Operation(
+        "fail",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "times": {"type": "integer", "minimum": 0, "maximum": 100},
+                "nonce": {"type": "string", "maxLength": 100},
+            },
+            "required": ["times"],
+            "additionalProperties": False,
+        },
+        fail,
+        description="Raise an unexpected error on the first `times` claims.",
+    ),
+    Operation(
+        "reject",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "status": {"type": "integer", "enum": [400, 403, 404]},
+                "message": {"type": "string", "maxLength": 500, "default": "rejected by probe"},
+            },
+            "required": ["status"],
+            "additionalProperties": False,
+        },
+        reject,
+        description="Answer with an expected error of the given status.",
+    ),
+    Operation(
+        "large",
+        1,
+        {
+            "type": "object",
+            "properties": {"bytes": {"type": "integer", "minimum": 0, "maximum": MAX_LARGE_BYTES}},
+            "required": ["bytes"],
+            "additionalProperties": False,
+        },
+        large,
+        description="Answer with a result of about `bytes` bytes (goes out as a blob).",
+    ),
+    id="probe",
+    description="Synthetic checks: echo, sleep, fail, reject, large.",
+    needs_client_db=False,
+)
