@@ -137,9 +137,13 @@ class SingleFlight(Generic[T]):
                 break
             flight.followers += 1
             await flight.done.wait()
-            if flight.result is not None:
+            result = flight.result
+            if result is not None:
                 self.shared += 1
-                return flight.result.unwrap(), True
+                if isinstance(result, outcome.Value):
+                    return result.value, True
+                assert isinstance(result, outcome.Error)
+                raise result.error
             # The leader was cancelled before finishing: try to lead ourselves.
         flight = _Flight()
         self._flights[key] = flight

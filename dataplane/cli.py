@@ -67,6 +67,43 @@ async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
+async def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from dataplane.worker_main import serve_worker
+
+    return await serve_worker(settings)
+
+
+async def _cmd_demo_db(settings: Settings, args: argparse.Namespace) -> int:
+    from dataplane.clientdb import create_demo_db
+
+    async with open_bridge():
+        ro_dsn = await create_demo_db(
+            args.admin_dsn,
+            name=args.name,
+            ro_password=args.ro_password,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    print(ro_dsn)
+    return 0
+
+
+async def _cmd_invalidate(settings: Settings, args: argparse.Namespace) -> int:
+    from dataplane.cache import INVALIDATE_CHANNEL
+
+    async with (
+        open_bridge(),
+        open_database(
+            DatabaseConfig(
+                settings.require_queues_url(), pool_size=1, application_name="invalidate"
+            )
+        ) as db,
+    ):
+        for tag in args.tags:
+            await QueueClient(db).notify(INVALIDATE_CHANNEL, tag)
+    print(f"invalidated {len(args.tags)} tag(s) on every worker")
+    return 0
+
+
 def _job_json(job: object) -> dict[str, object]:
     from dataclasses import asdict, is_dataclass
 
@@ -87,10 +124,28 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--status", choices=STATUSES)
     jobs.add_argument("--type")
     jobs.add_argument("--limit", type=int, default=50)
+
+    sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
+
+    demo = sub.add_parser(
+        "demo-db", help="create and seed the demo client DB; print its read-only DSN"
+    )
+    demo.add_argument("--admin-dsn", required=True, help="a superuser DSN on the target server")
+    demo.add_argument("--name", default="dataplane_demo", help="database name")
+    demo.add_argument("--ro-password", default="dataplane_ro", help="password of dataplane_ro")
+
+    inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
+    inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
     return parser
 
 
-COMMANDS = {"migrate": _cmd_migrate, "jobs": _cmd_jobs}
+COMMANDS = {
+    "migrate": _cmd_migrate,
+    "jobs": _cmd_jobs,
+    "worker": _cmd_worker,
+    "demo-db": _cmd_demo_db,
+    "invalidate": _cmd_invalidate,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

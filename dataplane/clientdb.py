@@ -77,8 +77,10 @@ async def create_demo_db(
             for i, path in enumerate(files, 1):
                 started = time.monotonic()
                 progress(f"[{i}/{len(files)}] {path.name} ...")
-                await db.execute(path.read_text())  # type: ignore[arg-type]
-                progress(f"[{i}/{len(files)}] {path.name} done in {time.monotonic() - started:.1f}s")
+                await db.execute(path.read_text())  # our own seed file
+                progress(
+                    f"[{i}/{len(files)}] {path.name} done in {time.monotonic() - started:.1f}s"
+                )
             await db.execute(q("demo_db_mark_seeded"))
         stmt = pgsql.SQL(q("demo_role_password")).format(password=pgsql.Literal(ro_password))
         await db.execute(stmt)

@@ -234,7 +234,9 @@ class Surface:
         return f"surface-{self.id}{suffix}"
 
 
-def surface_of(*operations: Operation, id: str, description: str = "", needs_client_db: bool = True) -> Surface:
+def surface_of(
+    *operations: Operation, id: str, description: str = "", needs_client_db: bool = True
+) -> Surface:
     names = [op.name for op in operations]
     if len(set(names)) != len(names):
         raise InvalidArgument(f"surface {id}: duplicate operation names")

@@ -96,6 +96,12 @@ def to_json(value: Any, *, what: str = "value") -> str:
     return text
 
 
+class JsonText(str):
+    """A result already serialised with :func:`to_json` (passed through as is)."""
+
+    __slots__ = ()
+
+
 def _check_positive(name: str, value: float) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
         raise InvalidArgument(f"{name} must be a positive number, got {value!r}")
@@ -331,7 +337,12 @@ class QueueClient:
         worker_ids = {c.job.worker_id for c in completions}
         if len(worker_ids) != 1:
             raise InvalidArgument("complete_many takes completions of one worker_id")
-        results = [to_json(c.result, what=f"result of job {c.job.id}") for c in completions]
+        results = [
+            c.result
+            if isinstance(c.result, JsonText)
+            else to_json(c.result, what=f"job {c.job.id}")
+            for c in completions
+        ]
         rows = await self.db.fetchall(
             q("job_complete"),
             {

@@ -20,7 +20,9 @@ def all_surfaces(*, probe_enabled: bool) -> dict[str, Surface]:
 def surface_for_queue_type(queue_type: str, *, probe_enabled: bool) -> tuple[Surface, str]:
     """``surface-<id>`` or ``surface-<id>-dev`` -> (surface, suffix)."""
     if not queue_type.startswith("surface-"):
-        raise ConfigError(f"SURFACE_QUEUE_TYPE must look like surface-<id>[-dev], got {queue_type!r}")
+        raise ConfigError(
+            f"SURFACE_QUEUE_TYPE must look like surface-<id>[-dev], got {queue_type!r}"
+        )
     rest = queue_type.removeprefix("surface-")
     suffix = ""
     if rest.endswith("-dev"):

@@ -1,0 +1,278 @@
+"""The worker in-process on a real Postgres: execution, errors, gates re-checked,
+cache, single-flight, blobs, leases."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from dataplane.cache import INVALIDATE_CHANNEL
+from dataplane.db import Database, Notification
+from dataplane.manifest import STAFF_ONLY, Operation, OperationContext, branch_in_scope, surface_of
+from dataplane.queue import QueueClient, done_channel
+from dataplane.surfaces import probe
+from dataplane.worker import JobReport, Worker, WorkerConfig
+from tests.conftest import wait_until
+from tests.helpers import NORTH, STAFF, envelope, submit
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.items: list[JobReport] = []
+
+    def report(self, job: JobReport) -> None:
+        self.items.append(job)
+
+
+@asynccontextmanager
+async def running_worker(
+    queue: QueueClient, surface: Any = probe.SURFACE, **config: Any
+) -> AsyncIterator[tuple[Worker, Reports]]:
+    reports = Reports()
+    cfg = WorkerConfig(
+        queue_type=f"surface-{surface.id}", worker_id=config.pop("worker_id", "w-test"), **config
+    )
+    worker = Worker(cfg, surface, queue, reporter=reports)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield worker, reports
+        worker.stop()
+
+
+async def wait_done(queue: QueueClient, job_id: uuid.UUID, within: float = 10) -> Any:
+    rows: list[Any] = []
+
+    async def finished() -> bool:
+        row = await queue.get(job_id)
+        if row is not None and row.status in ("done", "poison"):
+            rows.append(row)
+            return True
+        return False
+
+    await wait_until(finished, within=within)
+    return rows[0]
+
+
+async def test_echo_runs_and_completes_with_the_data(queue: QueueClient) -> None:
+    async with running_worker(queue) as (worker, reports):
+        enq = await submit(queue, "probe", "echo", {"value": {"a": [1, "ü"]}})
+        row = await wait_done(queue, enq.job_id)
+    assert row.status == "done"
+    assert row.result == {
+        "data": {"echo": {"a": [1, "ü"]}, "client": "acme"},
+        "cache": "bypass",
+        "coalesced": False,
+    }
+    assert worker.statistics().done == 1
+    (report,) = reports.items
+    assert report.outcome == "done" and report.operation == "echo" and report.cache == "bypass"
+    assert report.wall_ms >= 0 and report.rss_bytes > 0 and report.dequeue_count == 1
+
+
+async def test_enqueue_notify_wakes_an_idle_worker_at_once(queue: QueueClient) -> None:
+    # A 60 s poll ceiling: only the notify can explain a prompt claim.
+    async with running_worker(queue, idle_ms=60_000, poll_start_ms=60_000) as (worker, _):
+        await trio.sleep(0.2)
+        claims_before = worker.statistics().claims
+        enq = await submit(queue, "probe", "echo", {"value": 1})
+        with trio.fail_after(5):
+            row = await wait_done(queue, enq.job_id)
+        assert row.status == "done"
+        assert worker.statistics().claims > claims_before
+
+
+async def test_expected_and_unexpected_errors(queue: QueueClient, db: Database) -> None:
+    listener = db.listener([done_channel("surface-probe")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        async with running_worker(queue, fail_backoff_seconds=0) as (worker, reports):
+            rej = await submit(queue, "probe", "reject", {"status": 404, "message": "nope"})
+            bad = await submit(queue, "probe", "sleep", {"ms": "soon"})  # forged: wrong type
+            flaky = await submit(queue, "probe", "fail", {"times": 2}, max_dequeues=5)
+            doomed = await submit(queue, "probe", "fail", {"times": 9}, max_dequeues=3)
+            r_rej = await wait_done(queue, rej.job_id)
+            r_bad = await wait_done(queue, bad.job_id)
+            r_flaky = await wait_done(queue, flaky.job_id)
+            r_doomed = await wait_done(queue, doomed.job_id)
+            notified: set[str] = set()
+            with trio.fail_after(5):
+                while str(doomed.job_id) not in notified:
+                    event = await listener.events.receive()
+                    assert isinstance(event, Notification)
+                    notified.add(event.payload)
+        nursery.cancel_scope.cancel()
+    assert r_rej.result == {"error": {"status": 404, "message": "nope"}}
+    assert r_rej.dequeue_count == 1
+    assert r_bad.result["error"]["status"] == 400 and "ms" in r_bad.result["error"]["message"]
+    assert r_flaky.status == "done" and r_flaky.dequeue_count == 3
+    assert r_flaky.result["data"] == {"succeeded_on_attempt": 3}
+    assert r_doomed.status == "poison" and r_doomed.dequeue_count == 3
+    assert "ProbeFailure" in r_doomed.last_error
+    outcomes = sorted(r.outcome for r in reports.items)
+    assert outcomes.count("failed") == 4 and outcomes.count("poison") == 1
+    assert worker.statistics().poisoned == 1
+
+
+async def test_the_worker_re_checks_gates_on_forged_rows(queue: QueueClient) -> None:
+    """Rows inserted straight into the queue, bypassing the BFF, still meet the gates."""
+    calls: list[dict[str, Any]] = []
+
+    async def handler(ctx: OperationContext) -> Any:
+        calls.append(ctx.params)
+        return {"ok": True}
+
+    secret = surface_of(
+        Operation("staffOnly", 1, {"type": "object"}, handler, gates=(STAFF_ONLY,)),
+        Operation(
+            "byBranch",
+            1,
+            {"type": "object", "properties": {"branch": {"type": "string"}}},
+            handler,
+            gates=(branch_in_scope("branch"),),
+        ),
+        id="secret",
+        needs_client_db=False,
+    )
+    async with running_worker(queue, secret):
+        a = await submit(queue, "secret", "staffOnly", {}, NORTH)
+        b = await submit(queue, "secret", "byBranch", {"branch": "acme-south"}, NORTH)
+        c = await submit(queue, "secret", "byBranch", {"branch": "acme-north"}, NORTH)
+        d = await submit(queue, "secret", "staffOnly", {}, STAFF)
+        rows = [await wait_done(queue, j.job_id) for j in (a, b, c, d)]
+    assert rows[0].result["error"]["status"] == 403
+    assert rows[1].result["error"]["status"] == 403
+    assert rows[2].result["data"] == {"ok": True}
+    assert rows[3].result["data"] == {"ok": True}
+    assert len(calls) == 2  # the handler never ran for the forged requests
+
+
+def _counting_surface(ttl: float) -> tuple[Any, list[int]]:
+    runs: list[int] = []
+
+    async def handler(ctx: OperationContext) -> Any:
+        runs.append(1)
+        await trio.sleep(ctx.params.get("delay", 0))
+        return {"n": ctx.params.get("n"), "client": ctx.auth.client}
+
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "delay": {"type": "number"}},
+    }
+    return (
+        surface_of(
+            Operation("cached", 1, schema, handler, ttl_seconds=ttl),
+            Operation("fresh", 1, schema, handler, ttl_seconds=0),
+            id="counted",
+            needs_client_db=False,
+        ),
+        runs,
+    )
+
+
+async def test_cache_hit_miss_bypass_and_scope_isolation(queue: QueueClient) -> None:
+    surface, runs = _counting_surface(ttl=60)
+    async with running_worker(queue, surface) as (worker, _):
+
+        async def once(op: str, auth: Any = STAFF) -> Any:
+            enq = await submit(queue, "counted", op, {"n": 1}, auth)
+            return (await wait_done(queue, enq.job_id)).result
+
+        assert (await once("cached"))["cache"] == "miss"
+        assert (await once("cached"))["cache"] == "hit"
+        assert (await once("cached", NORTH))["cache"] == "miss"  # another scope: own entry
+        assert (await once("cached", NORTH))["cache"] == "hit"
+        assert (await once("fresh"))["cache"] == "bypass"
+        assert (await once("fresh"))["cache"] == "bypass"
+        assert len(runs) == 4  # two misses + two bypasses
+        assert len(worker.cache) == 2
+
+        await queue.notify(INVALIDATE_CHANNEL, "c:acme")
+        await wait_until(lambda: len(worker.cache) == 0, within=5)
+        assert (await once("cached"))["cache"] == "miss"
+
+
+async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db: Database) -> None:
+    """Two live rows with one dedupe key, claimed together: one handler execution."""
+    surface, runs = _counting_surface(ttl=0)
+    env = envelope("counted", "fresh", {"n": 7, "delay": 0.3})
+    # Force what the unique index normally prevents (as a lease-lapse double claim would).
+    first = await queue.enqueue("surface-counted", env.dedupe_key, env.to_json())
+    second = await queue.enqueue("surface-counted", "twin", env.to_json())
+    await db.execute("DROP INDEX maestro_queues_dedupe_live")
+    await db.execute(
+        "UPDATE maestro_queues SET dedupe_key = %(k)s WHERE id = %(id)s",
+        {"k": env.dedupe_key, "id": second.job_id},
+    )
+    async with running_worker(queue, surface, concurrency=4):
+        a = await wait_done(queue, first.job_id)
+        b = await wait_done(queue, second.job_id)
+    assert len(runs) == 1
+    assert a.result["data"] == b.result["data"] == {"n": 7, "client": "acme"}
+    assert sorted([a.result["coalesced"], b.result["coalesced"]]) == [False, True]
+
+
+async def test_large_results_go_out_as_blobs(queue: QueueClient) -> None:
+    async with running_worker(queue, inline_max_bytes=1000):
+        small = await submit(queue, "probe", "large", {"bytes": 100})
+        big = await submit(queue, "probe", "large", {"bytes": 5000})
+        r_small = await wait_done(queue, small.job_id)
+        r_big = await wait_done(queue, big.job_id)
+    assert r_small.result["data"]["filler"] == "x" * 100
+    ref = r_big.result["blobRef"]
+    assert ref["url"] == f"/api/probe/q/{big.job_id}/blob"
+    assert ref["contentType"] == "application/json"
+    blob = await queue.get_blob(big.job_id)
+    assert blob is not None and blob.size == ref["size"] and b"x" * 5000 in blob.data
+
+
+async def test_heartbeat_keeps_a_job_longer_than_its_lease(queue: QueueClient) -> None:
+    async with running_worker(queue, lease_seconds=0.6, renew_seconds=0.2, worker_id="keeper"):
+        enq = await submit(queue, "probe", "sleep", {"ms": 2000})
+        await wait_until(lambda: _is_in_progress(queue, enq.job_id), within=5)
+        # Meanwhile a rival keeps trying to claim it: it never can.
+        with trio.move_on_after(1.6):
+            while True:
+                assert await queue.claim("surface-probe", "rival") == []
+                await trio.sleep(0.05)
+        row = await wait_done(queue, enq.job_id)
+    assert row.status == "done" and row.dequeue_count == 1 and row.locked_by == "keeper"
+
+
+async def _is_in_progress(queue: QueueClient, job_id: uuid.UUID) -> bool:
+    row = await queue.get(job_id)
+    return row is not None and row.status == "in_progress"
+
+
+async def test_a_lost_lease_cancels_the_job_and_drops_its_result(
+    queue: QueueClient, db: Database
+) -> None:
+    async with running_worker(queue, lease_seconds=30, renew_seconds=0.2) as (worker, reports):
+        enq = await submit(queue, "probe", "sleep", {"ms": 5000})
+        await wait_until(lambda: _is_in_progress(queue, enq.job_id), within=5)
+        # Someone else takes the row over (as after a lapse): the heartbeat notices.
+        await db.execute(
+            "UPDATE maestro_queues SET locked_by = 'usurper', dequeue_count = 2 WHERE id = %(id)s",
+            {"id": enq.job_id},
+        )
+        await wait_until(lambda: worker.statistics().lost == 1, within=5)
+        assert worker.statistics().in_flight == 0
+    row = await queue.get(enq.job_id)
+    assert row is not None and row.status == "in_progress" and row.locked_by == "usurper"
+    assert [r.outcome for r in reports.items] == ["lost"]
+
+
+async def test_shutdown_releases_what_outlives_the_grace(queue: QueueClient) -> None:
+    async with running_worker(queue, shutdown_grace_seconds=0.3) as (worker, reports):
+        quick = await submit(queue, "probe", "sleep", {"ms": 100})
+        slow = await submit(queue, "probe", "sleep", {"ms": 30_000})
+        await wait_until(lambda: worker.statistics().in_flight == 2, within=5)
+        worker.stop()
+    r_quick = await queue.get(quick.job_id)
+    r_slow = await queue.get(slow.job_id)
+    assert r_quick is not None and r_quick.status == "done"
+    assert r_slow is not None and r_slow.status == "pending" and r_slow.dequeue_count == 0
+    assert sorted(r.outcome for r in reports.items) == ["done", "released"]

@@ -1,0 +1,109 @@
+"""TTL cache and single-flight, with deterministic time."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from dataplane.cache import SingleFlight, TtlCache
+from dataplane.errors import InvalidArgument
+
+
+def test_cap_evicts_oldest_first_and_re_put_refreshes_order() -> None:
+    now = [0.0]
+    cache = TtlCache(cap=3, clock=lambda: now[0])
+    for key in "abcd":
+        cache.put(key, key.upper(), 10, tags=[f"t:{key}", "all"])
+    assert cache.keys() == ["b", "c", "d"]
+    assert cache.get("a") == (False, None) and cache.get("b") == (True, "B")
+    cache.put("b", "B2", 10)  # re-put: newest, and without its old tags
+    cache.put("e", "E", 10, tags=["all"])
+    assert cache.keys() == ["d", "b", "e"]
+    assert cache.statistics().evictions == 2
+
+
+def test_expiry_and_tag_invalidation() -> None:
+    now = [0.0]
+    cache = TtlCache(cap=10, clock=lambda: now[0])
+    cache.put("x", 1, 5, tags=["c:acme", "u:1"])
+    cache.put("y", 2, 50, tags=["c:acme"])
+    cache.put("z", 3, 50, tags=["c:globex"])
+    now[0] = 6
+    assert cache.get("x") == (False, None)  # expired
+    assert cache.invalidate_tag("c:acme") == 1  # only y is left under it
+    assert cache.keys() == ["z"]
+    assert cache.invalidate_tag("u:1") == 0
+    assert cache.invalidate_tag("never") == 0
+    with pytest.raises(InvalidArgument):
+        cache.put("w", 1, 0)
+
+
+async def test_single_flight_shares_one_execution() -> None:
+    flight: SingleFlight[int] = SingleFlight()
+    runs: list[int] = []
+    results: list[tuple[int, bool]] = []
+
+    async def work() -> int:
+        runs.append(1)
+        await trio.sleep(1)
+        return 42
+
+    async def call() -> None:
+        results.append(await flight.run("k", work))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(call)
+    assert runs == [1]
+    assert sorted(results) == [(42, False)] + [(42, True)] * 4
+    assert flight.in_flight() == 0
+
+
+async def test_single_flight_shares_errors_and_recovers_from_a_cancelled_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    flight: SingleFlight[int] = SingleFlight()
+
+    async def boom() -> int:
+        await trio.sleep(1)
+        raise ValueError("boom")
+
+    errors: list[BaseException] = []
+
+    async def call() -> None:
+        try:
+            await flight.run("k", boom)
+        except ValueError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        nursery.start_soon(call)
+    assert len(errors) == 2
+
+    # A cancelled leader hands over: the follower runs the work itself.
+    runs: list[str] = []
+
+    async def slow() -> int:
+        runs.append("run")
+        await trio.sleep(10)
+        return 7
+
+    got: list[tuple[int, bool]] = []
+    async with trio.open_nursery() as nursery:
+        leader = trio.CancelScope()
+
+        async def lead() -> None:
+            with leader:
+                await flight.run("k2", slow)
+
+        async def follow() -> None:
+            got.append(await flight.run("k2", slow))
+
+        nursery.start_soon(lead)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(follow)
+        await trio.testing.wait_all_tasks_blocked()
+        leader.cancel()
+    assert got == [(7, False)] and runs == ["run", "run"]
