@@ -162,8 +162,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataPlaneError as exc:
         print(f"dataplane {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as group:
+        # Nurseries wrap errors in groups: a configuration error is still one line.
+        matched, rest = group.split(DataPlaneError)
+        if matched is None or rest is not None:
+            raise
+        print(f"dataplane {args.command}: {_first_leaf(matched)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ class Settings:
     sse_deadline_seconds: float
     sweep_seconds: float
     probe_enabled: bool
+    shutdown_grace_seconds: float
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -119,6 +120,9 @@ class Settings:
             ),
             sweep_seconds=_float(env, "DATAPLANE_SWEEP_SECONDS", SWEEP_SECONDS, minimum=0.001),
             probe_enabled=probe == "1",
+            shutdown_grace_seconds=_float(
+                env, "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS
+            ),
         )
 
     def queue_config(self) -> queue.QueueConfig:

@@ -49,6 +49,7 @@ async def serve_worker(settings: Settings, *, reporter: Reporter | None = None) 
         idle_ms=settings.idle_ms,
         inline_max_bytes=settings.inline_max_bytes,
         fail_backoff_seconds=settings.fail_backoff_seconds,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     queue_cfg = DatabaseConfig(
         queues_url, pool_size=settings.concurrency + 4, application_name="dataplane-worker"

@@ -1,0 +1,185 @@
+"""``dataplane worker`` as a real process: crashes, signals, boot refusals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.errors import DatabaseError
+from dataplane.queue import QueueClient
+from tests.conftest import wait_until
+from tests.helpers import WorkerProcess, submit
+
+
+def probe_env(queue_dsn: str, **extra: str) -> dict[str, str]:
+    return {
+        "MAESTRO_QUEUES_URL": queue_dsn,
+        "SURFACE_QUEUE_TYPE": "surface-probe",
+        "DATAPLANE_PROBE": "1",
+        **extra,
+    }
+
+
+async def _status(queue: QueueClient, job_id: uuid.UUID) -> str | None:
+    row = await queue.get(job_id)
+    return row.status if row else None
+
+
+async def test_sigkill_mid_job_is_a_retry_not_a_loss(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    env = probe_env(queue_dsn, MAESTRO_LEASE_SECONDS="2", MAESTRO_RENEW_SECONDS="0.5")
+    first = WorkerProcess(env, str(tmp_path / "w1.log"))
+    second = None
+    try:
+        first.wait_ready()
+        enq = await submit(queue, "probe", "sleep", {"ms": 1500})
+        await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+        row = await queue.get(enq.job_id)
+        assert row is not None and row.status == "in_progress" and row.dequeue_count == 1
+
+        second = WorkerProcess(env, str(tmp_path / "w2.log"))
+        second.wait_ready()
+        await wait_until(lambda: _done(queue, enq.job_id), within=20)
+        row = await queue.get(enq.job_id)
+        assert row is not None and row.status == "done" and row.dequeue_count == 2
+        assert row.result["data"] == {"slept_ms": 1500}
+        assert row.locked_by != (await _first_owner(first))
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+
+
+async def _first_owner(proc: WorkerProcess) -> str:
+    for line in proc.output().splitlines():
+        if " serving " in line:
+            return line.split("worker ", 1)[1].split(" serving", 1)[0]
+    return ""
+
+
+async def _in_progress(queue: QueueClient, job_id: uuid.UUID) -> bool:
+    return await _status(queue, job_id) == "in_progress"
+
+
+async def _done(queue: QueueClient, job_id: uuid.UUID) -> bool:
+    return await _status(queue, job_id) == "done"
+
+
+async def test_sigterm_finishes_in_flight_work_and_exits_zero(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(probe_env(queue_dsn), str(tmp_path / "w.log"))
+    try:
+        worker.wait_ready()
+        enq = await submit(queue, "probe", "sleep", {"ms": 800})
+        await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.output()
+        row = await queue.get(enq.job_id)
+        assert row is not None and row.status == "done" and row.dequeue_count == 1
+        # It stopped claiming: a job enqueued now stays pending.
+        late = await submit(queue, "probe", "echo", {"value": "late"})
+        await trio.sleep(0.3)
+        assert await _status(queue, late.job_id) == "pending"
+    finally:
+        worker.stop()
+
+
+async def test_sigterm_past_the_grace_releases_without_counting(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    env = probe_env(queue_dsn, DATAPLANE_SHUTDOWN_GRACE_SECONDS="0.5")
+    worker = WorkerProcess(env, str(tmp_path / "w.log"))
+    try:
+        worker.wait_ready()
+        enq = await submit(queue, "probe", "sleep", {"ms": 60_000})
+        await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.output()
+        row = await queue.get(enq.job_id)
+        assert row is not None and row.status == "pending" and row.dequeue_count == 0
+        assert row.locked_by is None
+    finally:
+        worker.stop()
+
+
+def _boot(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    clean.pop("SURFACE_QUEUE_TYPE", None)
+    clean.pop("CLIENT_DB_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dataplane", "worker"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"SURFACE_QUEUE_TYPE": "surface-probe", "DATAPLANE_PROBE": "1"}, "MAESTRO_QUEUES_URL"),
+        ({"MAESTRO_QUEUES_URL": "QDSN"}, "SURFACE_QUEUE_TYPE"),
+        ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-nope"}, "unknown surface"),
+        ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "probe"}, "surface-<id>"),
+        ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-probe"}, "DATAPLANE_PROBE"),
+        ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-users"}, "CLIENT_DB_URL"),
+        (
+            {
+                "MAESTRO_QUEUES_URL": "QDSN",
+                "SURFACE_QUEUE_TYPE": "surface-users",
+                "CLIENT_DB_URL": "ADMIN",
+            },
+            "CLIENT_DB_URL can write",
+        ),
+    ],
+)
+def test_the_worker_refuses_to_boot_with_one_line_why(
+    env: dict[str, str], reason: str, queue_dsn: str, demo_db: tuple[str, str]
+) -> None:
+    resolved = {k: {"QDSN": queue_dsn, "ADMIN": demo_db[0]}.get(v, v) for k, v in env.items()}
+    result = _boot(resolved)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dataplane worker: ") and reason in lines[0]
+
+
+async def test_the_read_only_credential_cannot_write(demo_db: tuple[str, str], bridge: Any) -> None:
+    config = DatabaseConfig(demo_db[1], pool_size=1, read_only=True)
+    async with open_database(config, loop=bridge) as ro:
+        await _assert_refused(ro, "INSERT INTO lms.clients (id, name) VALUES ('evil', 'Evil')")
+        await _assert_refused(ro, "UPDATE lms.users SET active = false")
+        await _assert_refused(ro, "DELETE FROM lms.enrollments")
+        await _assert_refused(ro, "TRUNCATE lms.invoices")
+        await _assert_refused(ro, "CREATE TABLE lms.evil (x int)")
+        await _assert_refused(ro, "CREATE TABLE public.evil (x int)")
+        await _assert_refused(ro, "CREATE TEMP TABLE evil (x int)")
+        # Even when it asks for a read-write transaction, privileges still refuse.
+        await _assert_refused(
+            ro, "BEGIN READ WRITE; INSERT INTO lms.clients (id, name) VALUES ('e', 'E'); COMMIT"
+        )
+        row = await ro.fetchone("SELECT count(*) AS n FROM lms.clients")
+        assert row is not None and row["n"] == 4
+
+
+async def _assert_refused(db: Database, statement: str) -> None:
+    with pytest.raises(DatabaseError) as info:
+        await db.execute(statement)
+    assert info.value.sqlstate in ("25006", "42501"), info.value
+    await db.execute("ROLLBACK")  # leave no aborted transaction behind
