@@ -1,0 +1,124 @@
+"""The ``learnerviews`` surface: learning progress over the read-only client DB.
+
+* ``branchSummary {branch?, since?}``: completion summary per branch in scope
+  (cached 120 s).
+* ``courseSummary {branch?, category?, limit}``: completion per course, least
+  completed first (cached 120 s).
+* ``learner {userId, status?}``: one learner's enrollments and progress (learner
+  PII: never cached). A user outside the caller's scope is a 404.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from dataplane.errors import HttpError
+from dataplane.manifest import Operation, OperationContext, branch_in_scope, surface_of
+from dataplane.sql import q
+from dataplane.surfaces.users import BRANCH_SCHEMA, USER_ID_SCHEMA
+
+ENROLLMENT_STATUSES = ("enrolled", "in_progress", "completed", "failed")
+
+
+def _since(value: str | None) -> datetime | None:
+    """``YYYY-MM-DD`` as midnight UTC; a date that does not exist is a 400."""
+    if value is None:
+        return None
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise HttpError(400, f"params.since: {value!r} is not a valid date") from None
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+async def branch_summary(ctx: OperationContext) -> Any:
+    params = {
+        **ctx.scope(),
+        "branch": ctx.params.get("branch"),
+        "since": _since(ctx.params.get("since")),
+    }
+    rows = await ctx.require_client_db().fetchall(q("learnerviews_branch_summary"), params)
+    return {"rows": rows}
+
+
+async def course_summary(ctx: OperationContext) -> Any:
+    params = {
+        **ctx.scope(),
+        "branch": ctx.params.get("branch"),
+        "category": ctx.params.get("category"),
+        "limit": ctx.params["limit"],
+    }
+    rows = await ctx.require_client_db().fetchall(q("learnerviews_course_summary"), params)
+    return {"rows": rows}
+
+
+async def learner(ctx: OperationContext) -> Any:
+    db = ctx.require_client_db()
+    scope = {**ctx.scope(), "user_id": ctx.params["userId"]}
+    user = await db.fetchone(q("learnerviews_learner_get"), scope)
+    if user is None:
+        raise HttpError(404, f"learner {ctx.params['userId']} not found")
+    rows = await db.fetchall(
+        q("learnerviews_enrollments_list"), {**scope, "status": ctx.params.get("status")}
+    )
+    return {"learner": dict(user), "enrollments": rows}
+
+
+SURFACE = surface_of(
+    Operation(
+        "branchSummary",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "branch": BRANCH_SCHEMA,
+                "since": {
+                    "type": "string",
+                    "pattern": r"^\d{4}-\d{2}-\d{2}$",
+                    "description": "only enrollments from this date (YYYY-MM-DD, UTC)",
+                },
+            },
+            "additionalProperties": False,
+        },
+        branch_summary,
+        ttl_seconds=120,
+        gates=(branch_in_scope("branch"),),
+        description="Course completion summary per branch in scope.",
+    ),
+    Operation(
+        "courseSummary",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "branch": BRANCH_SCHEMA,
+                "category": {"type": "string", "minLength": 1, "maxLength": 64},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+            },
+            "additionalProperties": False,
+        },
+        course_summary,
+        ttl_seconds=120,
+        gates=(branch_in_scope("branch"),),
+        description="Completion per course in scope, least completed first.",
+    ),
+    Operation(
+        "learner",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "userId": USER_ID_SCHEMA,
+                "status": {"type": "string", "enum": list(ENROLLMENT_STATUSES)},
+            },
+            "required": ["userId"],
+            "additionalProperties": False,
+        },
+        learner,
+        ttl_seconds=0,
+        description="One learner's enrollments and progress (PII, never cached).",
+    ),
+    id="learnerviews",
+    description="Learning progress: per-branch and per-course summaries, learner drill-down.",
+)

@@ -1,0 +1,89 @@
+"""The ``users`` surface: the client's user directory over the read-only client DB.
+
+* ``list {q?, role?, branch?, limit, offset}``: a page of users in scope plus the
+  total for the pager (cached 60 s).
+* ``detail {userId}``: one user with enrollment statistics (learner PII: never
+  cached). A user outside the caller's scope is a 404, like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dataplane.errors import HttpError
+from dataplane.manifest import Operation, OperationContext, branch_in_scope, surface_of
+from dataplane.sql import q
+
+ROLES = ("learner", "manager", "admin")
+BRANCH_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9-]+$"}
+USER_ID_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+
+
+def like_fragment(text: str) -> str:
+    """``text`` for use inside an ILIKE pattern: ``\\``, ``%`` and ``_`` match literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def list_users(ctx: OperationContext) -> Any:
+    p = ctx.params
+    search = p.get("q")
+    filters = {
+        **ctx.scope(),
+        "q": like_fragment(search) if search else None,
+        "role": p.get("role"),
+        "branch": p.get("branch"),
+    }
+    db = ctx.require_client_db()
+    rows = await db.fetchall(
+        q("users_list"), {**filters, "limit": p["limit"], "offset": p["offset"]}
+    )
+    count = await db.fetchone(q("users_count"), filters)
+    total = int(count["total"]) if count else 0
+    return {"rows": rows, "total": total, "limit": p["limit"], "offset": p["offset"]}
+
+
+async def user_detail(ctx: OperationContext) -> Any:
+    row = await ctx.require_client_db().fetchone(
+        q("users_get"), {**ctx.scope(), "user_id": ctx.params["userId"]}
+    )
+    if row is None:
+        raise HttpError(404, f"user {ctx.params['userId']} not found")
+    return dict(row)
+
+
+SURFACE = surface_of(
+    Operation(
+        "list",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "q": {"type": "string", "maxLength": 100, "description": "name or email contains"},
+                "role": {"type": "string", "enum": list(ROLES)},
+                "branch": BRANCH_SCHEMA,
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
+            },
+            "additionalProperties": False,
+        },
+        list_users,
+        ttl_seconds=60,
+        gates=(branch_in_scope("branch"),),
+        description="A page of users in scope (search by name/email, role, branch) and the total.",
+    ),
+    Operation(
+        "detail",
+        1,
+        {
+            "type": "object",
+            "properties": {"userId": USER_ID_SCHEMA},
+            "required": ["userId"],
+            "additionalProperties": False,
+        },
+        user_detail,
+        ttl_seconds=0,
+        description="One user in scope with branch and enrollment statistics (PII, never cached).",
+    ),
+    id="users",
+    description="The client's user directory: list and detail.",
+)
