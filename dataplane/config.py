@@ -67,6 +67,7 @@ class Settings:
     jwt_public_key: str | None
     jwt_audience: str | None
     jwt_issuer: str | None
+    stream_secret: str | None
     capcom_url: str | None
     lease_seconds: float
     renew_seconds: float
@@ -105,6 +106,7 @@ class Settings:
             jwt_public_key=_get(env, "DATAPLANE_JWT_PUBLIC_KEY"),
             jwt_audience=_get(env, "DATAPLANE_JWT_AUDIENCE"),
             jwt_issuer=_get(env, "DATAPLANE_JWT_ISSUER"),
+            stream_secret=_get(env, "DATAPLANE_STREAM_SECRET"),
             capcom_url=_get(env, "CAPCOM_URL"),
             lease_seconds=lease,
             renew_seconds=renew,

@@ -425,6 +425,7 @@ class Listener:
     connected: bool = field(default=False, init=False)
     _counters: _ListenerCounters = field(default_factory=_ListenerCounters, init=False)
     _gap_owed: bool = field(default=False, init=False)
+    _first_connect: trio.Event = field(default_factory=trio.Event, init=False)
     _conn: Connection | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -441,6 +442,10 @@ class Listener:
     def statistics(self) -> ListenerStatistics:
         c = self._counters
         return ListenerStatistics(self.connected, c.received, c.dropped, c.reconnects, c.pings)
+
+    async def wait_connected(self) -> None:
+        """Return once the listener has listened at least once."""
+        await self._first_connect.wait()
 
     def backend_pid(self) -> int | None:
         """The server process id of the LISTEN connection (tests kill it)."""
@@ -461,6 +466,7 @@ class Listener:
                 continue
             self._conn = conn
             self.connected = True
+            self._first_connect.set()
             if started:
                 self._counters.reconnects += 1
                 log.info("listener: reconnected to %s", ", ".join(self.channels))

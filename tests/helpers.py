@@ -79,3 +79,70 @@ class WorkerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
         self._log.close()
+
+
+JWT_SECRET = "test-secret-that-is-long-enough-for-hs256!"
+
+
+def token(
+    client: str = "acme",
+    *,
+    sub: str = "u1",
+    staff: bool = False,
+    branches: list[str] | None = None,
+    ttl: int = 3600,
+    secret: str = JWT_SECRET,
+    **extra: Any,
+) -> str:
+    from dataplane.auth import mint_token
+
+    return mint_token(
+        secret,
+        client=client,
+        sub=sub,
+        staff=staff,
+        branches=branches if branches is not None else (["*"] if staff else ["acme-north"]),
+        ttl=ttl,
+        **extra,
+    )
+
+
+def bearer(tok: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tok}"}
+
+
+class SseEvent(dict[str, Any]):
+    @property
+    def name(self) -> str:
+        return str(self.get("event", "message"))
+
+    @property
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self["data"])
+
+
+async def read_sse(
+    client: Any, url: str, headers: Mapping[str, str] | None = None, *, stop_at_final: bool = True
+) -> tuple[int, Mapping[str, str], list[SseEvent]]:
+    """GET an event stream; return (status, headers, events) until done/error or close."""
+    events: list[SseEvent] = []
+    async with client.stream("GET", url, headers=dict(headers or {})) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            return resp.status_code, resp.headers, events
+        current = SseEvent()
+        async for line in resp.aiter_lines():
+            if line == "":
+                if current:
+                    events.append(current)
+                    if stop_at_final and current.name in ("done", "error"):
+                        break
+                current = SseEvent()
+            elif line.startswith(":"):
+                current.setdefault("comments", []).append(line[1:].strip())
+            else:
+                key, _, value = line.partition(":")
+                current[key] = value[1:] if value.startswith(" ") else value
+        return resp.status_code, resp.headers, events

@@ -1,0 +1,534 @@
+"""The surface BFF: ``hypercorn -k trio dataplane.app:app``.
+
+Routes (all plane routes under ``/api/<surface>/``; JSON in, JSON out)::
+
+    POST /api/<surface>/q                  enqueue -> 202 {jobId, streamUrl, pollUrl, coalesced}
+    GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
+    GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live
+    GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
+    GET  /healthz  /readyz  /openapi.json
+
+The process-wide :class:`Plane` (queue DB pool, reply pump, verifiers) is built
+at startup in a task of the app's lifespan nursery: the pump has executed LISTEN
+before the server accepts streams (or, with the DB down, after a bounded wait;
+``/readyz`` tells). Without ``MAESTRO_QUEUES_URL`` or a JWT key, every plane
+route answers 503 saying what is missing, and ``/healthz`` still answers.
+
+Errors are ``{"error": {"status", "code", "message"}}``. A job is readable only
+by a caller whose surface, client and scope key match its envelope; anyone else
+gets 404, so job ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from dataplane.auth import AuthError, JwtVerifier, StreamGrant, StreamTokens
+from dataplane.config import Settings
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.envelope import Auth, Envelope
+from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError
+from dataplane.manifest import Surface
+from dataplane.pump import ReplyPump
+from dataplane.queue import JobRow, QueueClient, done_channel
+from dataplane.sql import q
+from dataplane.surfaces import all_surfaces
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+BODY_TIMEOUT = 10  # seconds a client may take to send its body
+KEEPALIVE_SECONDS = 15.0
+SSE_RETRY_MS = 2000  # EventSource reconnect hint
+STARTUP_WAIT = 10.0  # seconds to wait for LISTEN before serving anyway
+READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
+RETRY_AFTER_SECONDS = 1
+# Event ids: a reconnect with Last-Event-ID skips what the browser already has.
+EVENT_QUEUED, EVENT_TIMEOUT, EVENT_FINAL = 1, 2, 3
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+class ApiError(Exception):
+    """An HTTP error answered as ``{"error": {"status", "code", "message"}}``."""
+
+    CODES: ClassVar[dict[int, str]] = {
+        400: "BAD_REQUEST",
+        401: "UNAUTHORIZED",
+        403: "FORBIDDEN",
+        404: "NOT_FOUND",
+        405: "METHOD_NOT_ALLOWED",
+        413: "PAYLOAD_TOO_LARGE",
+        415: "UNSUPPORTED_MEDIA_TYPE",
+        503: "UNAVAILABLE",
+    }
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or self.CODES.get(status, "ERROR")
+        self.message = message
+
+    def response(self) -> Response:
+        body = {"error": {"status": self.status, "code": self.code, "message": self.message}}
+        resp = Response(json.dumps(body), status=self.status, mimetype="application/json")
+        if self.status == 401:
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="dataplane"'
+        if self.status == 503:
+            resp.headers["Retry-After"] = "5"
+        return resp
+
+
+@dataclass
+class Plane:
+    """Everything a plane route needs, built once per process."""
+
+    settings: Settings
+    surfaces: dict[str, Surface]
+    db: Database
+    queue: QueueClient
+    pump: ReplyPump
+    verifier: JwtVerifier
+    tokens: StreamTokens
+
+    def queue_type(self, surface: Surface) -> str:
+        return surface.queue_type(self.settings.queue_suffix)
+
+
+def create_app() -> QuartTrio:
+    app = QuartTrio(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
+    app.config["JSON_SORT_KEYS"] = False
+    state: dict[str, Any] = {"plane": None, "why": "the data plane is starting"}
+
+    def plane() -> Plane:
+        current: Plane | None = state["plane"]
+        if current is None:
+            raise ApiError(503, state["why"], "NOT_CONFIGURED")
+        return current
+
+    @app.before_serving
+    async def start_plane() -> None:
+        settings = Settings.from_env()
+        missing = []
+        if settings.queues_url is None:
+            missing.append("MAESTRO_QUEUES_URL (the queue database)")
+        if not (settings.jwt_secret or settings.jwt_public_key):
+            missing.append("DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY")
+        if missing:
+            state["why"] = "the data plane is not configured: set " + " and ".join(missing)
+            log.warning("%s; plane routes answer 503", state["why"])
+            return
+        verifier = JwtVerifier.from_settings(
+            secret=settings.jwt_secret,
+            public_key=settings.jwt_public_key,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+        )
+        tokens = StreamTokens.from_settings(settings.stream_secret, settings.jwt_secret)
+        ready = trio.Event()
+        app.nursery.start_soon(_serve_plane, settings, verifier, tokens, state, ready)
+        with trio.move_on_after(STARTUP_WAIT):
+            await ready.wait()
+        if not ready.is_set():
+            log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
+
+    @app.errorhandler(ApiError)
+    async def api_error(error: ApiError) -> Response:
+        return error.response()
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        message = {413: f"request body over {MAX_BODY_BYTES} bytes"}.get(
+            status, error.description or error.name
+        )
+        return ApiError(status, message).response()
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        current: Plane | None = state["plane"]
+        checks: dict[str, Any] = {"configured": current is not None}
+        if current is not None:
+            checks["listening"] = current.pump.listening
+            try:
+                await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
+                checks["queueDb"] = True
+            except DatabaseError:
+                checks["queueDb"] = False
+        ok = all(checks.values()) and current is not None
+        return _json(
+            {"status": "ready" if ok else "not ready", "checks": checks}, 200 if ok else 503
+        )
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        from dataplane.openapi import openapi_document
+
+        current: Plane | None = state["plane"]
+        probe = current.settings.probe_enabled if current else Settings.from_env().probe_enabled
+        return _json(openapi_document(all_surfaces(probe_enabled=probe)))
+
+    @app.post("/api/<surface_id>/q")
+    async def enqueue(surface_id: str) -> Response:
+        p = plane()
+        surface = _surface(p, surface_id)
+        if request.mimetype != "application/json":
+            raise ApiError(415, "send the body as application/json")
+        auth = _bearer(p)
+        body = await _json_body()
+        operation_name, params = _parse_query(body)
+        try:
+            op = surface.operation(operation_name)
+            params = op.check(auth, params)
+        except HttpError as exc:
+            raise ApiError(exc.status, exc.message) from None
+        env = Envelope(surface.id, op.name, op.version, params, auth)
+        try:
+            result = await p.queue.enqueue(p.queue_type(surface), env.dedupe_key, env.to_json())
+        except DatabaseUnavailable as exc:
+            raise ApiError(503, f"the queue is unreachable: {exc}") from None
+        job_id = str(result.job_id)
+        token = p.tokens.mint(
+            StreamGrant(job_id, surface.id, auth.client, auth.scope_key, result.coalesced)
+        )
+        base = f"/api/{surface.id}/q/{job_id}"
+        poll_url = f"{base}?token={token}"
+        resp = _json(
+            {
+                "jobId": job_id,
+                "streamUrl": f"{base}/stream?token={token}",
+                "pollUrl": poll_url,
+                "coalesced": result.coalesced,
+            },
+            202,
+        )
+        resp.headers["Location"] = poll_url
+        resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return resp
+
+    @app.get("/api/<surface_id>/q/<job_id>")
+    async def poll(surface_id: str, job_id: str) -> Response:
+        p = plane()
+        surface = _surface(p, surface_id)
+        row, grant = await _readable_job(p, surface, job_id)
+        if not row.finished:
+            resp = _json({"jobId": str(row.id), "status": row.status}, 202)
+            resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            return resp
+        return _json(_answer(p, row, grant))
+
+    @app.get("/api/<surface_id>/q/<job_id>/blob")
+    async def blob(surface_id: str, job_id: str) -> Response:
+        p = plane()
+        surface = _surface(p, surface_id)
+        row, _grant = await _readable_job(p, surface, job_id)
+        stored = await _db(p.queue.get_blob(row.id))
+        if stored is None:
+            raise ApiError(404, "no blob for this job (it may have expired)")
+        resp = Response(stored.data, mimetype=stored.content_type)
+        resp.headers["Content-Length"] = str(stored.size)
+        ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
+        if isinstance(ref, dict) and isinstance(ref.get("filename"), str):
+            name = ref["filename"].replace('"', "")
+            resp.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        resp.headers["Cache-Control"] = "private, max-age=3600"
+        return resp
+
+    @app.get("/api/<surface_id>/q/<job_id>/stream")
+    async def stream(surface_id: str, job_id: str) -> Response:
+        p = plane()
+        surface = _surface(p, surface_id)
+        row, grant = await _readable_job(p, surface, job_id)
+        last_id = _last_event_id()
+        if last_id >= EVENT_FINAL:
+            return Response("", status=204)  # the browser has the answer: stop reconnecting
+        body = _events(p, row, grant, last_id)
+        resp = Response(body, mimetype="text/event-stream")
+        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["X-Accel-Buffering"] = "no"
+        resp.timeout = None  # a stream lives past RESPONSE_TIMEOUT
+        return resp
+
+    return app
+
+
+async def _serve_plane(
+    settings: Settings,
+    verifier: JwtVerifier,
+    tokens: StreamTokens,
+    state: MutableMapping[str, Any],
+    ready: trio.Event,
+) -> None:
+    """The plane's lifetime: bridge loop, pool and pump, until the app shuts down."""
+    assert settings.queues_url is not None
+    surfaces = all_surfaces(probe_enabled=settings.probe_enabled)
+    config = DatabaseConfig(settings.queues_url, pool_size=20, application_name="dataplane-bff")
+    async with open_bridge(), open_database(config) as db:
+        queue = QueueClient(db, settings.queue_config())
+        channels = [done_channel(s.queue_type(settings.queue_suffix)) for s in surfaces.values()]
+        pump = ReplyPump(queue, channels, sweep_seconds=settings.sweep_seconds)
+        state["plane"] = Plane(settings, surfaces, db, queue, pump, verifier, tokens)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            await pump.listener.wait_connected()
+            ready.set()
+            log.info(
+                "BFF ready: %d surface(s), listening on %s", len(surfaces), ", ".join(channels)
+            )
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        status=status,
+        mimetype="application/json",
+    )
+
+
+def _surface(p: Plane, surface_id: str) -> Surface:
+    surface = p.surfaces.get(surface_id)
+    if surface is None:
+        raise ApiError(404, f"unknown surface {surface_id!r}")
+    return surface
+
+
+def _bearer(p: Plane) -> Auth:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "send Authorization: Bearer <token>")
+    try:
+        return p.verifier.verify(token.strip())
+    except AuthError as exc:
+        raise ApiError(401, str(exc)) from None
+
+
+async def _json_body() -> Any:
+    raw = await request.get_data(cache=False, as_text=False)
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _parse_query(body: Any) -> tuple[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, 'the body must be a JSON object {"operation", "params"}')
+    unknown = sorted(set(body) - {"operation", "params"})
+    if unknown:
+        raise ApiError(400, f"unknown field(s) in the body: {', '.join(unknown)}")
+    operation = body.get("operation")
+    if not isinstance(operation, str) or not operation:
+        raise ApiError(400, "operation: expected a non-empty string")
+    params = body.get("params", {})
+    if not isinstance(params, dict):
+        raise ApiError(400, "params: expected object")
+    return operation, params
+
+
+async def _db(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except DatabaseUnavailable as exc:
+        raise ApiError(503, f"the queue is unreachable: {exc}") from None
+
+
+async def _readable_job(
+    p: Plane, surface: Surface, job_id: str
+) -> tuple[JobRow, StreamGrant | None]:
+    """The job, if this caller may read it; 404 for every other case."""
+    not_found = ApiError(404, "no such job")
+    try:
+        jid = uuid.UUID(job_id)
+    except ValueError:
+        raise not_found from None
+    token = request.args.get("token")
+    grant: StreamGrant | None = None
+    if token:
+        try:
+            grant = p.tokens.check(token)
+        except AuthError as exc:
+            raise ApiError(401, str(exc)) from None
+        if grant.job_id != str(jid) or grant.surface != surface.id:
+            raise not_found
+        client, scope = grant.client, grant.scope_key
+    else:
+        auth = _bearer(p)
+        client, scope = auth.client, auth.scope_key
+    row: JobRow | None = await _db(p.queue.get(jid))
+    if row is None or row.type != p.queue_type(surface):
+        raise not_found
+    owner = row.payload.get("auth") if isinstance(row.payload, dict) else None
+    if (
+        not isinstance(owner, dict)
+        or owner.get("client") != client
+        or owner.get("scopeKey") != scope
+    ):
+        raise not_found
+    return row, grant
+
+
+def _answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
+    """The body of a finished job: done event data and the poll answer."""
+    out: dict[str, Any] = {"jobId": str(row.id), "status": row.status}
+    attached = bool(grant and grant.coalesced)
+    if row.status == "poison":
+        out["error"] = {
+            "status": 500,
+            "code": "POISON",
+            "message": f"the job failed {row.dequeue_count} time(s) and was parked: "
+            + (row.last_error or "unknown error").splitlines()[-1][:500],
+        }
+        out["coalesced"] = attached
+        return out
+    result = row.result if isinstance(row.result, dict) else {"data": row.result}
+    if "error" in result:
+        out["error"] = result["error"]
+    elif "blobRef" in result:
+        ref = dict(result["blobRef"])
+        token = p.tokens.mint(
+            StreamGrant(
+                str(row.id),
+                str(row.payload.get("surface")),
+                str(row.payload["auth"]["client"]),
+                str(row.payload["auth"]["scopeKey"]),
+                attached,
+            )
+        )
+        ref["url"] = f"{ref['url']}?token={token}"
+        out["blobRef"] = ref
+    else:
+        out["result"] = result.get("data")
+    out["cache"] = result.get("cache", "bypass")
+    out["coalesced"] = bool(result.get("coalesced")) or attached
+    return out
+
+
+def _last_event_id() -> int:
+    raw = request.headers.get("Last-Event-ID", "").strip()
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+def _sse(event: str, event_id: int, data: Any, *, retry: bool = False) -> bytes:
+    # json.dumps escapes newlines, so a field can never break out of its line.
+    head = f"retry: {SSE_RETRY_MS}\n" if retry else ""
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"{head}id: {event_id}\nevent: {event}\ndata: {payload}\n\n".encode()
+
+
+def _final_event(p: Plane, row: JobRow, grant: StreamGrant | None, *, retry: bool) -> bytes:
+    answer = _answer(p, row, grant)
+    if row.status == "poison":
+        return _sse(
+            "error", EVENT_FINAL, {"jobId": answer["jobId"], **answer["error"]}, retry=retry
+        )
+    return _sse("done", EVENT_FINAL, answer, retry=retry)
+
+
+async def _events(
+    p: Plane, first: JobRow, grant: StreamGrant | None, last_id: int
+) -> AsyncIterator[bytes]:
+    """queued -> done | error, with keep-alives; the waiter lives as long as the stream."""
+    with p.pump.register(first.id) as waiter:
+        # Registered before the immediate re-check: a finish in between is not missed.
+        row = first if first.finished else await _reread(p, first)
+        if row.finished:
+            yield _final_event(p, row, grant, retry=True)
+            return
+        if last_id < EVENT_QUEUED:
+            yield _sse(
+                "queued", EVENT_QUEUED, {"jobId": str(row.id), "status": row.status}, retry=True
+            )
+        deadline = trio.current_time() + p.settings.sse_deadline_seconds
+        while True:
+            finished: JobRow | None = None
+            with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
+                finished = await waiter.wait()
+            if finished is not None:
+                yield _final_event(p, finished, grant, retry=False)
+                return
+            if trio.current_time() >= deadline:
+                yield _sse(
+                    "error",
+                    EVENT_TIMEOUT,
+                    {
+                        "jobId": str(row.id),
+                        "code": "TIMEOUT",
+                        "message": "no answer within the stream deadline; the job keeps "
+                        "running: poll the job or reconnect the stream",
+                    },
+                )
+                return
+            yield b": keep-alive\n\n"
+
+
+async def _reread(p: Plane, row: JobRow) -> JobRow:
+    try:
+        fresh = await p.queue.get(row.id)
+    except DatabaseError:
+        return row  # the sweep will find it
+    return fresh if fresh is not None else row
+
+
+class RequireTrio:
+    """ASGI guard: served under anything but Trio, fail at startup naming ``-k trio``."""
+
+    MESSAGE = (
+        "dataplane.app must be served under Trio: run `hypercorn -k trio dataplane.app:app` "
+        "(Hypercorn's asyncio worker cannot run the Trio-based data plane)"
+    )
+
+    def __init__(self, inner: QuartTrio) -> None:
+        self.inner = inner
+
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        import sniffio
+
+        try:
+            library = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            library = "unknown"
+        if library == "trio":
+            await self.inner(scope, receive, send)  # type: ignore[arg-type]
+            return
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.failed", "message": self.MESSAGE})
+                    return
+                if message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        raise RuntimeError(self.MESSAGE)
+
+
+quart_app = create_app()
+app = RequireTrio(quart_app)

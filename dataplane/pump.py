@@ -1,0 +1,191 @@
+"""The reply pump: hears done notifies and wakes the streams waiting on them.
+
+One per BFF process, owning a dedicated LISTEN connection (never from the pool)
+on every served surface's done channel, and a waiter map job id -> waiters.
+
+* On a notify for a job with waiters, the row is read **once** (notifies that
+  arrive together are read with one statement) and every waiter of that job
+  gets it. Notifies for jobs nobody here waits on cost nothing.
+* Every ``sweep_seconds`` the rows of all waited-on jobs are re-read, which
+  covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
+  runs at once. The listener pings its connection when quiet, so a silently
+  dropped link is found within one sweep.
+* A waiter is registered *before* the caller's immediate row check, so a job
+  that finishes in between is never missed (the done-before-LISTEN race).
+* Dropping a waiter (a browser went away) touches nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+from dataplane.db import Gap, Listener, Notification
+from dataplane.errors import DatabaseError
+from dataplane.queue import JobRow, QueueClient
+
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 5.0
+LISTEN_PING_TIMEOUT = 2.0
+READ_BATCH = 1000  # job ids per statement
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One stream's interest in one job; :meth:`wait` returns the finished row."""
+
+    job_id: uuid.UUID
+    _event: trio.Event = field(default_factory=trio.Event)
+    row: JobRow | None = None
+
+    def deliver(self, row: JobRow) -> None:
+        if self.row is None:
+            self.row = row
+            self._event.set()
+
+    async def wait(self) -> JobRow:
+        await self._event.wait()
+        assert self.row is not None
+        return self.row
+
+
+@dataclass(frozen=True, slots=True)
+class PumpStatistics:
+    waiters: int
+    jobs_waited: int
+    notifies: int
+    reads: int
+    sweeps: int
+    delivered: int
+    listening: bool
+
+
+@dataclass
+class _Counters:
+    notifies: int = 0
+    reads: int = 0
+    sweeps: int = 0
+    delivered: int = 0
+
+
+class ReplyPump:
+    def __init__(
+        self,
+        queue: QueueClient,
+        channels: Sequence[str],
+        *,
+        sweep_seconds: float = SWEEP_SECONDS,
+        reconnect_delays: Sequence[float] = (2.0, 5.0),
+    ) -> None:
+        self.queue = queue
+        self.sweep_seconds = sweep_seconds
+        self.listener: Listener = queue.db.listener(
+            list(channels),
+            check_interval=max(0.05, sweep_seconds - LISTEN_PING_TIMEOUT),
+            ping_timeout=min(LISTEN_PING_TIMEOUT, max(0.05, sweep_seconds / 2)),
+            reconnect_delays=reconnect_delays,
+        )
+        self._waiters: dict[uuid.UUID, set[Waiter]] = {}
+        self._sweep_now = trio.Event()
+        self._counters = _Counters()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, dispatch and sweep; ``started`` once LISTEN has executed."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.listener.run)
+            nursery.start_soon(self._dispatch)
+            nursery.start_soon(self._sweeper)
+            task_status.started()
+
+    @property
+    def listening(self) -> bool:
+        return self.listener.connected
+
+    @contextmanager
+    def register(self, job_id: uuid.UUID) -> Iterator[Waiter]:
+        """Wait on ``job_id`` for the duration of the block."""
+        waiter = Waiter(job_id)
+        self._waiters.setdefault(job_id, set()).add(waiter)
+        try:
+            yield waiter
+        finally:
+            waiters = self._waiters.get(job_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[job_id]
+
+    def statistics(self) -> PumpStatistics:
+        c = self._counters
+        return PumpStatistics(
+            waiters=sum(len(w) for w in self._waiters.values()),
+            jobs_waited=len(self._waiters),
+            notifies=c.notifies,
+            reads=c.reads,
+            sweeps=c.sweeps,
+            delivered=c.delivered,
+            listening=self.listening,
+        )
+
+    def deliver(self, row: JobRow) -> None:
+        """Hand a finished row to every waiter of its job."""
+        if not row.finished:
+            return
+        for waiter in self._waiters.pop(row.id, ()):
+            waiter.deliver(row)
+            self._counters.delivered += 1
+
+    async def _dispatch(self) -> None:
+        events = self.listener.events
+        while True:
+            batch = [await events.receive()]
+            while True:
+                try:
+                    batch.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            wanted: set[uuid.UUID] = set()
+            for event in batch:
+                if isinstance(event, Gap):
+                    self._sweep_now.set()
+                elif isinstance(event, Notification):
+                    self._counters.notifies += 1
+                    try:
+                        job_id = uuid.UUID(event.payload)
+                    except ValueError:
+                        log.warning("pump: notify with a bad job id %r", event.payload)
+                        continue
+                    if job_id in self._waiters:
+                        wanted.add(job_id)
+            if wanted:
+                await self._read_and_deliver(list(wanted))
+
+    async def _sweeper(self) -> None:
+        while True:
+            with trio.move_on_after(self.sweep_seconds):
+                await self._sweep_now.wait()
+            self._sweep_now = trio.Event()
+            await self.sweep()
+
+    async def sweep(self) -> None:
+        """Re-read every waited-on job (covers missed notifies and LISTEN gaps)."""
+        self._counters.sweeps += 1
+        ids = list(self._waiters)
+        for start in range(0, len(ids), READ_BATCH):
+            await self._read_and_deliver(ids[start : start + READ_BATCH])
+
+    async def _read_and_deliver(self, ids: list[uuid.UUID]) -> None:
+        try:
+            rows = await self.queue.get_many(ids)
+        except DatabaseError as exc:
+            log.warning("pump: could not read %d job(s) (%s); the sweep will retry", len(ids), exc)
+            return
+        self._counters.reads += 1
+        for row in rows:
+            self.deliver(row)
