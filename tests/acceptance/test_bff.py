@@ -9,6 +9,7 @@ import httpx
 import trio
 
 from dataplane.queue import QueueClient
+from tests.conftest import wait_until
 from tests.helpers import SseEvent, bearer, read_sse, token
 
 STAFF = token(staff=True, sub="boss")
@@ -21,6 +22,19 @@ async def post(
     return await http.post(
         f"/api/{surface}/q", json={"operation": operation, "params": params}, headers=bearer(tok)
     )
+
+
+async def poll_until_done(http: httpx.AsyncClient, url: str, within: float = 20) -> Any:
+    answers: list[Any] = []
+
+    async def done() -> bool:
+        resp = await http.get(url)
+        if resp.status_code == 200:
+            answers.append(resp.json())
+        return resp.status_code == 200
+
+    await wait_until(done, within=within, interval=0.02)
+    return answers[0]
 
 
 async def test_echo_post_202_then_sse_done(
@@ -59,10 +73,7 @@ async def test_poll_answers_202_while_live_and_blob_fallback(
     assert live.status_code == 202 and live.json() == {"jobId": body["jobId"], "status": "pending"}
     assert "Retry-After" in live.headers
     spawn_worker()
-    with trio.fail_after(20):
-        while (poll := await http.get(body["pollUrl"])).status_code == 202:
-            await trio.sleep(0.05)
-    answer = poll.json()
+    answer = await poll_until_done(http, body["pollUrl"])
     ref = answer["blobRef"]
     assert ref["contentType"] == "application/json" and ref["size"] > 300_000
     blob = await http.get(ref["url"])
@@ -77,9 +88,7 @@ async def test_a_job_done_before_the_stream_opens_answers_at_once(
 ) -> None:
     spawn_worker()
     body = (await post(http, "probe", "echo", {"value": 1})).json()
-    with trio.fail_after(20):
-        while (await http.get(body["pollUrl"])).status_code == 202:
-            await trio.sleep(0.02)
+    await poll_until_done(http, body["pollUrl"])
     status, _, events = await read_sse(http, body["streamUrl"])
     assert status == 200
     assert [e.name for e in events] == ["done"]  # no "queued": it was already done
