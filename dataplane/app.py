@@ -48,6 +48,7 @@ from dataplane.surfaces import all_surfaces
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 32  # nesting levels a request body may have
 BODY_TIMEOUT = 10  # seconds a client may take to send its body
 KEEPALIVE_SECONDS = 15.0
 SSE_RETRY_MS = 2000  # EventSource reconnect hint
@@ -112,6 +113,7 @@ def create_app() -> QuartTrio:
     app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
     app.config["JSON_SORT_KEYS"] = False
     state: dict[str, Any] = {"plane": None, "why": "the data plane is starting"}
+    app.extensions["dataplane"] = state  # the Plane, for operators' tools and tests
 
     def plane() -> Plane:
         current: Plane | None = state["plane"]
@@ -325,9 +327,25 @@ async def _json_body() -> Any:
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    if _depth_over(body, MAX_JSON_DEPTH):
+        raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+    return body
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _parse_query(body: Any) -> tuple[str, Any]:
