@@ -263,6 +263,7 @@ class Witness:
 
 
 def _witness_main(dsn: str, channel: str, count: int, seconds: float) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends it (Ctrl-C hits the group)
     stamps: list[float] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))

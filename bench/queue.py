@@ -38,6 +38,7 @@ warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -75,6 +76,7 @@ TOTAL_BUDGET_S = 270.0  # the whole trio part; server start/stop comes on top
 @dataclass(frozen=True)
 class Plan:
     overhead_calls: int = 500
+    overhead_idle_calls: int = 60
     seq_enqueues: int = 500
     wake_warmup: int = 20
     wake_jobs: int = 300
@@ -91,6 +93,7 @@ class Plan:
     def quick(cls) -> Plan:
         return cls(
             overhead_calls=100,
+            overhead_idle_calls=10,
             seq_enqueues=100,
             wake_jobs=40,
             enqueue_jobs=2_000,
@@ -148,21 +151,45 @@ async def _pending(dsn: str, queue_type: str) -> int:
 # -- phases ----------------------------------------------------------------
 
 
+async def _noop(conn: Any) -> None:
+    return None
+
+
 async def phase_overhead(db: Database, dsn: str, plan: Plan) -> dict[str, Any]:
-    """Round trip of ``SELECT 1``: through the pool + bridge, and with plain psycopg."""
-    bridged: list[float] = []
-    for _ in range(plan.overhead_calls):
-        t0 = time.perf_counter()
-        await db.fetchone("SELECT 1")
-        bridged.append(time.perf_counter() - t0)
-    direct: list[float] = []
-    # Blocking on purpose (a microbenchmark; nothing else runs in this loop now).
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for _ in range(plan.overhead_calls):
+    """``SELECT 1`` through the pool + bridge vs. plain blocking psycopg, hot and after idle.
+
+    "idle" samples follow a ``plan.wake_interval_s`` pause, as every wake-up does; the
+    ``db.run`` of a coroutine that does no I/O isolates the bridge crossing itself.
+    """
+    out: dict[str, Any] = {}
+    for label, pause, calls in (
+        ("hot", 0.0, plan.overhead_calls),
+        ("idle", plan.wake_interval_s, plan.overhead_idle_calls),
+    ):
+        bridged: list[float] = []
+        crossing: list[float] = []
+        for _ in range(calls):
+            await trio.sleep(pause)
             t0 = time.perf_counter()
-            conn.execute("SELECT 1").fetchall()
-            direct.append(time.perf_counter() - t0)
-    return {"select1_bridged_ms": summary_ms(bridged), "select1_plain_sync_ms": summary_ms(direct)}
+            await db.fetchone("SELECT 1")
+            bridged.append(time.perf_counter() - t0)
+            await trio.sleep(pause)
+            t0 = time.perf_counter()
+            await db.run(_noop)
+            crossing.append(time.perf_counter() - t0)
+        direct: list[float] = []
+        # Blocking on purpose: a microbenchmark, nothing else runs in this loop now.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(calls):
+                if pause:
+                    time.sleep(pause)  # noqa: ASYNC251
+                t0 = time.perf_counter()
+                conn.execute("SELECT 1").fetchall()
+                direct.append(time.perf_counter() - t0)
+        out[f"select1_bridged_{label}_ms"] = summary_ms(bridged)
+        out[f"select1_plain_sync_{label}_ms"] = summary_ms(direct)
+        out[f"bridge_noop_run_{label}_ms"] = summary_ms(crossing)
+    return out
 
 
 async def phase_seq_enqueue(queue: QueueClient, plan: Plan) -> dict[str, Any]:
@@ -298,7 +325,7 @@ async def phase_enqueue_rate(queue: QueueClient, plan: Plan) -> dict[str, Any]:
         for i in range(per_task):
             await queue.enqueue(DRAIN_TYPE, f"drain-{run}-{k}-{i}", {"k": k, "i": i})
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as nursery:
         for k in range(plan.enqueue_tasks):
             nursery.start_soon(producer, k)
@@ -309,6 +336,7 @@ async def phase_enqueue_rate(queue: QueueClient, plan: Plan) -> dict[str, Any]:
         "enqueue_tasks": plan.enqueue_tasks,
         "enqueue_seconds": round(elapsed, 3),
         "enqueue_jobs_per_s": round(total / elapsed, 1),
+        "client_cpu_pct": round(100 * (time.process_time() - cpu0) / elapsed, 1),
     }
 
 
@@ -339,11 +367,12 @@ async def _drain_run(queue: QueueClient, batch: int, tasks: int, cap_s: float) -
             s.done += len(done)
             s.lost += len(jobs) - len(done)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as nursery:
         for k, s in enumerate(stats):
             nursery.start_soon(claimer, s, f"drain-{batch}-{tasks}-{k}")
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     done = sum(s.done for s in stats)
     claims = sum(s.claims for s in stats)
     return {
@@ -358,6 +387,7 @@ async def _drain_run(queue: QueueClient, batch: int, tasks: int, cap_s: float) -
         "complete_ms_mean": round(
             1000 * sum(s.complete_s for s in stats) / max(claims - tasks, 1), 3
         ),
+        "client_cpu_pct": round(100 * cpu / elapsed, 1) if elapsed > 0 else 0.0,
     }
 
 
@@ -419,7 +449,7 @@ async def bench(server: Server, plan: Plan) -> dict[str, Any]:
         queue = QueueClient(db)
         out: dict[str, Any] = {}
         with trio.fail_after(TOTAL_BUDGET_S):
-            with trio.fail_after(20):
+            with trio.fail_after(40):
                 out["overhead"] = await phase_overhead(db, server.dsn, plan)
                 out["sequential_enqueue"] = await phase_seq_enqueue(queue, plan)
             await _reset(server.dsn)
@@ -434,6 +464,21 @@ async def bench(server: Server, plan: Plan) -> dict[str, Any]:
             out["drain_table"] = await phase_drain(server.dsn, queue, plan)
         out["pool"] = repr(db.statistics())
         return out
+
+
+async def bench_until_signalled(server: Server, plan: Plan) -> dict[str, Any]:
+    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
+
+    async def watch_sigterm() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for signum in signals:
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_sigterm)
+        raw = await bench(server, plan)
+        nursery.cancel_scope.cancel()
+    return raw
 
 
 def report(
@@ -476,7 +521,7 @@ def report(
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    w, t = result["wake"], result["targets"]
+    w, t, o = result["wake"], result["targets"], result["overhead"]
 
     def pair(key: str) -> str:
         return f"{w[key]['p50']} / {w[key]['p99']}"
@@ -494,12 +539,25 @@ def print_tables(result: dict[str, Any]) -> None:
             f"{result['drain_jobs_per_s']:,.0f} ({describe(result['drain_best'])})",
             f">= {t['drain_jobs_per_s']:,}",
         ],
-        ["enqueue jobs/s (8 tasks)", f"{result['enqueue_jobs_per_s']:,.0f}", ""],
+        [
+            "enqueue jobs/s (8 tasks), client CPU %",
+            f"{result['enqueue_jobs_per_s']:,.0f}, {result['enqueue']['client_cpu_pct']}",
+            "",
+        ],
         ["enqueue sequential p50, ms", result["enqueue_seq_p50_ms"], ""],
         [
-            "SELECT 1 bridged / plain p50, ms",
-            f"{result['overhead']['select1_bridged_ms']['p50']} / "
-            f"{result['overhead']['select1_plain_sync_ms']['p50']}",
+            "SELECT 1 bridged / plain p50 hot, ms",
+            f"{o['select1_bridged_hot_ms']['p50']} / {o['select1_plain_sync_hot_ms']['p50']}",
+            "",
+        ],
+        [
+            "SELECT 1 bridged / plain p50 after idle, ms",
+            f"{o['select1_bridged_idle_ms']['p50']} / {o['select1_plain_sync_idle_ms']['p50']}",
+            "",
+        ],
+        [
+            "bridge crossing, no I/O, p50 hot / after idle, ms",
+            f"{o['bridge_noop_run_hot_ms']['p50']} / {o['bridge_noop_run_idle_ms']['p50']}",
             "",
         ],
     ]
@@ -516,12 +574,23 @@ def print_tables(result: dict[str, Any]) -> None:
             "yes" if r["capped"] else "",
             r["claim_ms_mean"],
             r["complete_ms_mean"],
+            r["client_cpu_pct"],
         ]
         for r in result["drain_table"]
     ]
     print(
         format_table(
-            ["batch", "tasks", "jobs/s", "done", "s", "capped", "claim ms", "complete ms"],
+            [
+                "batch",
+                "tasks",
+                "jobs/s",
+                "done",
+                "s",
+                "capped",
+                "claim ms",
+                "complete ms",
+                "client CPU %",
+            ],
             drain_rows,
         )
     )
@@ -541,6 +610,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
     started = time.perf_counter()
+    interrupted = False
+    try:
+        result = run(plan)
+    except* KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        print("interrupted; the scratch server/database was removed", file=sys.stderr)
+        return 130
+    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print_tables(result)
+    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
+    return 0
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    """Bring up the scratch server, run every phase, tear the server down."""
     with scratch_server("dataplane_bench") as server:
         print(f"server: {server.kind}; running phases...", flush=True)
         settings = server_settings(server.dsn)
@@ -548,14 +635,8 @@ def main(argv: list[str] | None = None) -> int:
             **machine_info(settings.get("server_version", "?")),
             "fdatasync_8k_in_datadir": fdatasync_probe(server.datadir),
         }
-        raw = trio.run(bench, server, plan)
-        result = report(server, plan, settings, machine, raw)
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+        raw = trio.run(bench_until_signalled, server, plan)
+        return report(server, plan, settings, machine, raw)
 
 
 if __name__ == "__main__":

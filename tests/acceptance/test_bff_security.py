@@ -61,7 +61,7 @@ RSA_PUBLIC_PEM = (
 
 def bad_tokens() -> dict[str, str]:
     good = jwt.encode(_claims(), JWT_SECRET, algorithm="HS256")
-    head, payload, sig = good.split(".")
+    head, _payload, sig = good.split(".")
     tampered = ".".join([head, _b64(_claims(client="globex")), sig])
     return {
         "alg none": _b64({"alg": "none", "typ": "JWT"}) + "." + _b64(_claims()) + ".",
