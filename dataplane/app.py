@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -540,8 +542,10 @@ class RequireTrio:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.failed", "message": self.MESSAGE})
-                    return
+                    # Say why, then end the worker process with a failure status: under
+                    # asyncio, Hypercorn would log a failed lifespan and exit 0.
+                    print(f"error: {self.MESSAGE}", file=sys.stderr, flush=True)
+                    os._exit(3)
                 if message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return

@@ -146,3 +146,59 @@ async def read_sse(
                 key, _, value = line.partition(":")
                 current[key] = value[1:] if value.startswith(" ") else value
         return resp.status_code, resp.headers, events
+
+
+class BffProcess:
+    """A real ``hypercorn -k trio dataplane.app:app`` child process."""
+
+    def __init__(
+        self, env: Mapping[str, str], log_path: str, *, port: int, args: tuple[str, ...] = ()
+    ) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hypercorn",
+                "-b",
+                f"127.0.0.1:{port}",
+                *args,
+                "dataplane.app:app",
+            ],
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    async def wait_ready(self, within: float = 30.0) -> None:
+        import httpx
+        import trio
+
+        async with httpx.AsyncClient(base_url=self.base, timeout=2) as client:
+            with trio.fail_after(within):
+                while True:
+                    if self.proc.poll() is not None:
+                        raise AssertionError(f"BFF exited early:\n{self.output()}")
+                    try:
+                        if (await client.get("/readyz")).status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass
+                    await trio.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
