@@ -2,16 +2,18 @@
 
 Run from the repository root::
 
-    python bench/queue.py            # own embedded Postgres, durable default settings
-    MAESTRO_QUEUES_URL=... python bench/queue.py   # scratch database on that server
+    python bench/queue.py            # own embedded Postgres (temp dir), durable defaults
+    MAESTRO_QUEUES_URL=... python bench/queue.py   # scratch db dataplane_bench_<pid> there
+    python bench/queue.py --quick    # smoke run, small counts
 
-Phases (each bounded in count and time, about two minutes in all):
+Phases (each bounded in count and time, under two minutes in all):
 
 * bridge overhead: ``SELECT 1`` through ``Database`` (pool + trio-asyncio bridge)
-  vs. a plain blocking psycopg connection;
+  vs. a plain blocking psycopg connection, hot and after a 50 ms pause;
 * sequential enqueue latency (one task, one ``enqueue()`` at a time);
 * wake latency at idle: a claimer woken by a ``Listener`` on the wake channel
-  claims and completes; a producer enqueues one job every 50 ms;
+  claims and completes; a producer enqueues one job every 50 ms; a separate
+  witness process LISTENs too and stamps each commit's NOTIFY (see WAKE_METHOD);
 * enqueue rate: 20,000 ``enqueue()`` calls from 8 concurrent tasks over one pool;
 * drain: 20,000 pending no-op jobs claimed (``claim(limit=N)``) and completed
   (``complete_many``) by 1, 2 or 4 claimer tasks of this one process, for each
@@ -38,6 +40,7 @@ warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -111,7 +114,7 @@ def _admin_sync(dsn: str, statements: list[tuple[str, dict[str, Any] | None]]) -
     out: list[Any] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for stmt, params in statements:
-            cur = conn.execute(stmt, params)  # type: ignore[arg-type]
+            cur = conn.execute(stmt, params)
             out.append(cur.fetchall() if cur.description else cur.rowcount)
     return out
 
@@ -619,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; the scratch server/database was removed", file=sys.stderr)
         return 130
     result["total_seconds"] = round(time.perf_counter() - started, 1)
+    # Other work on the host skews every number: a high value here flags a noisy run.
+    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print_tables(result)

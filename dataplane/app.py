@@ -159,7 +159,11 @@ def create_app() -> QuartTrio:
         message = {413: f"request body over {MAX_BODY_BYTES} bytes"}.get(
             status, error.description or error.name
         )
-        return ApiError(status, message).response()
+        resp = ApiError(status, message).response()
+        allow = dict(error.get_headers()).get("Allow")
+        if allow:
+            resp.headers["Allow"] = allow
+        return resp
 
     @app.get("/healthz")
     async def healthz() -> Response:

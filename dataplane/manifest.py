@@ -45,12 +45,16 @@ def validate(schema: Schema, value: Any, path: str = "params") -> Any:
         kinds = [kind] if isinstance(kind, str) else list(kind)
         ok = False
         for k in kinds:
-            types = _JSON_TYPES[k]
             if isinstance(value, bool) and k in ("integer", "number"):
                 continue
             if k == "integer" and isinstance(value, float):
+                # JSON Schema: 3.0 is an integer. Normalise it, so equal requests coalesce.
+                if value.is_integer() and abs(value) < 2**63:
+                    value = int(value)
+                    ok = True
+                    break
                 continue
-            if isinstance(value, types):
+            if isinstance(value, _JSON_TYPES[k]):
                 ok = True
                 break
         if not ok:

@@ -13,6 +13,16 @@ from dataplane import __version__
 from dataplane.manifest import Surface
 
 ERROR = {"$ref": "#/components/schemas/Error"}
+SSE_EVENT = {
+    "type": "object",
+    "description": "One event: queued, then done, or error with code TIMEOUT or POISON",
+    "properties": {
+        "event": {"enum": ["queued", "done", "error"]},
+        "data": {"type": "string", "description": "JSON: the job's status or answer"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
 
 
 def _error_responses(*statuses: int) -> dict[str, Any]:
@@ -42,7 +52,7 @@ def _operation_schema(surface: Surface) -> dict[str, Any]:
                 + "".join(f" Gate: {g.description}." for g in op.gates),
                 "type": "object",
                 "properties": {"operation": {"const": op.name}, "params": dict(op.params)},
-                "required": ["operation"],
+                "required": ["operation", "params"] if op.params.get("required") else ["operation"],
                 "additionalProperties": False,
             }
         )
@@ -129,7 +139,7 @@ def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "An event stream",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": {"schema": SSE_EVENT}},
                     },
                     "204": {"description": "Last-Event-ID says the answer was delivered"},
                     **_error_responses(401, 404, 503),
