@@ -251,10 +251,10 @@ class Witness:
         if line.strip() != "ready":
             raise RuntimeError(f"notification witness did not start (got {line!r})")
 
-    def stamps(self, timeout: float) -> list[float]:
+    def stamps(self, timeout: float) -> list[tuple[float, float]]:
+        """(perf_counter, wall clock) of each notification, as the witness saw it."""
         out, _ = self.proc.communicate(timeout=timeout)
-        stamps: list[float] = json.loads(out.strip().splitlines()[-1])
-        return stamps
+        return [(p, w) for p, w in json.loads(out.strip().splitlines()[-1])]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -264,7 +264,7 @@ class Witness:
 
 def _witness_main(dsn: str, channel: str, count: int, seconds: float) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends it (Ctrl-C hits the group)
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
         print("ready", flush=True)
@@ -273,7 +273,7 @@ def _witness_main(dsn: str, channel: str, count: int, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while len(stamps) < count and time.monotonic() < deadline:
             readable, _, _ = select.select([fd], [], [], 0.2)
-            stamp = time.perf_counter()
+            stamp = (time.perf_counter(), time.time())
             if not readable:
                 continue
             pgconn.consume_input()

@@ -32,7 +32,13 @@ WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress');
 -- name: job_claim
 -- Claim up to `limit` claimable rows of one type, oldest first: pending rows past
 -- their backoff and in_progress rows whose lease lapsed, below the poison cutoff.
-WITH claimable AS MATERIALIZED (
+-- The claim commits without waiting for its WAL flush (this transaction only): a
+-- claim lost in a server crash just leaves the row claimable, the fenced
+-- completion of the lost claim is refused, and any later synchronous commit
+-- (the completion) flushes the claim's WAL first.
+WITH async_commit AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+), claimable AS MATERIALIZED (
     SELECT id
     FROM maestro_queues
     WHERE type = %(type)s
@@ -51,7 +57,7 @@ SET status = 'in_progress',
     available_at = now() + make_interval(secs => %(lease_seconds)s),
     dequeue_count = q.dequeue_count + 1,
     claimed_at = now()
-FROM claimable
+FROM claimable, async_commit
 WHERE q.id = claimable.id
 RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
           q.created_at, q.claimed_at, q.lease_expires_at;
