@@ -362,7 +362,7 @@ class Worker:
             elif isinstance(event, Notification):
                 if event.channel == INVALIDATE_CHANNEL:
                     dropped = self.cache.invalidate_tag(event.payload)
-                    log.debug("cache: invalidated tag %r (%d entries)", event.payload, dropped)
+                    log.info("cache: invalidated tag %r (%d entries)", event.payload, dropped)
                 else:
                     self._wake.set()
 

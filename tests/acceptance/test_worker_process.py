@@ -183,3 +183,47 @@ async def _assert_refused(db: Database, statement: str) -> None:
         await db.execute(statement)
     assert info.value.sqlstate in ("25006", "42501"), info.value
     await db.execute("ROLLBACK")  # leave no aborted transaction behind
+
+
+async def test_cache_invalidation_reaches_every_worker_process(
+    queue: QueueClient, queue_dsn: str, demo_db: tuple[str, str], tmp_path: Path
+) -> None:
+    env = {
+        "MAESTRO_QUEUES_URL": queue_dsn,
+        "SURFACE_QUEUE_TYPE": "surface-users",
+        "CLIENT_DB_URL": demo_db[1],
+    }
+    workers = [WorkerProcess(env, str(tmp_path / f"w{i}.log")) for i in range(2)]
+    try:
+        for w in workers:
+            w.wait_ready()
+
+        async def ask() -> tuple[str, str]:
+            enq = await submit(queue, "users", "list", {"limit": 3})
+            await wait_until(lambda: _done(queue, enq.job_id), within=10)
+            row = await queue.get(enq.job_id)
+            assert row is not None and row.locked_by is not None
+            return row.locked_by, row.result["cache"]
+
+        # Ask until each worker has answered from its own cache.
+        seen: dict[str, list[str]] = {}
+        with trio.fail_after(60):
+            while len(seen) < 2 or not all("hit" in c for c in seen.values()):
+                owner, cache = await ask()
+                seen.setdefault(owner, []).append(cache)
+        assert len(seen) == 2
+
+        await queue.notify("dataplane_invalidate", "c:acme")
+        # The broadcast is asynchronous: wait until both workers say they heard it.
+        await wait_until(
+            lambda: all("invalidated tag 'c:acme'" in w.output() for w in workers), within=10
+        )
+        after: dict[str, str] = {}
+        with trio.fail_after(60):
+            while len(after) < 2:
+                owner, cache = await ask()
+                after.setdefault(owner, cache)  # the first answer of each worker
+        assert after == dict.fromkeys(seen, "miss")
+    finally:
+        for w in workers:
+            w.stop()
