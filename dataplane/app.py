@@ -40,7 +40,7 @@ from dataplane.auth import AuthError, JwtVerifier, StreamGrant, StreamTokens
 from dataplane.config import Settings
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.envelope import Auth, Envelope
-from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError
+from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError, InvalidArgument
 from dataplane.manifest import Surface
 from dataplane.pump import ReplyPump
 from dataplane.queue import JobRow, QueueClient, done_channel
@@ -153,6 +153,14 @@ def create_app() -> QuartTrio:
     async def api_error(error: ApiError) -> Response:
         return error.response()
 
+    @app.after_request
+    async def close_if_body_unread(response: Response) -> Response:
+        # An answer given before the request body was read (405, 413, 415, 401...) leaves
+        # that body on the connection; reusing it would stall both sides. Close it.
+        if response.status_code >= 400 and _body_unread():
+            response.headers["Connection"] = "close"
+        return response
+
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException) -> Response:
         status = error.code or 500
@@ -210,6 +218,8 @@ def create_app() -> QuartTrio:
         env = Envelope(surface.id, op.name, op.version, params, auth)
         try:
             result = await p.queue.enqueue(p.queue_type(surface), env.dedupe_key, env.to_json())
+        except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
+            raise ApiError(400, f"params: {exc}") from None
         except DatabaseUnavailable as exc:
             raise ApiError(503, f"the queue is unreachable: {exc}") from None
         job_id = str(result.job_id)
@@ -300,6 +310,17 @@ async def _serve_plane(
             log.info(
                 "BFF ready: %d surface(s), listening on %s", len(surfaces), ", ".join(channels)
             )
+
+
+def _body_unread() -> bool:
+    length = request.headers.get("Content-Length")
+    has_body = (length is not None and length.strip() not in ("", "0")) or (
+        "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    )
+    if not has_body:
+        return False
+    complete = getattr(request.body, "_complete", None)
+    return not (complete is not None and complete.is_set())
 
 
 def _json(body: Any, status: int = 200) -> Response:

@@ -23,11 +23,13 @@ ENVELOPE_VERSION = 1  # the shape of the payload, not an operation's version
 def canonical_json(value: Any) -> str:
     """Sorted keys, no insignificant whitespace, UTF-8 (not ASCII-escaped)."""
     try:
-        return json.dumps(
+        text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
-    except (TypeError, ValueError) as exc:
+        text.encode("utf-8")  # unpaired surrogates cannot be UTF-8
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidArgument(f"not canonical-JSON-serialisable: {exc}") from None
+    return text
 
 
 def _sha256(text: str) -> str:

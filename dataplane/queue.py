@@ -93,6 +93,10 @@ def to_json(value: Any, *, what: str = "value") -> str:
         raise InvalidArgument(f"{what} is not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:
         raise InvalidArgument(f"{what} contains a NUL character, which jsonb cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} contains an unpaired surrogate (not UTF-8)") from None
     return text
 
 

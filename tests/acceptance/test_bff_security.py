@@ -206,6 +206,13 @@ async def test_bad_input_gets_the_right_status_and_a_json_error(http: httpx.Asyn
     )
     assert_error(await http.get("/api/probe/nothing-here", headers=h), 404)
     assert_error(await http.delete("/api/probe/q", headers=h), 405)
+    for text in ("nul \\u0000 byte", "lone \\ud939 surrogate"):  # Postgres cannot store them
+        resp = await http.post(
+            "/api/probe/q",
+            content=('{"operation":"echo","params":{"value":"' + text + '"}}').encode(),
+            headers={**h, "Content-Type": "application/json"},
+        )
+        assert_error(resp, 400)
     for depth in (40, 5000):  # deeper than allowed; deeper than Python's JSON parser goes
         deep = "[" * depth + "0" + "]" * depth
         resp = await http.post(
@@ -228,3 +235,13 @@ async def test_unconfigured_plane_answers_503_but_lives(
         assert "MAESTRO_QUEUES_URL" in err["message"]
         assert_error(await http.get(f"/api/probe/q/{'0' * 32}"), 503)
     shutdown.set()
+
+
+async def test_a_refused_body_does_not_stall_the_connection(http: httpx.AsyncClient) -> None:
+    # Answered before the body is read (405 here): the connection must not hang.
+    h = {**bearer(STAFF), "Content-Type": "application/json"}
+    with trio.fail_after(10):
+        for method, size in (("PUT", 100_000), ("POST", 100_000), ("PUT", 1000)):
+            resp = await http.request(method, "/api/probe/q", content=b"x" * size, headers=h)
+            assert resp.status_code in (405, 413)
+            assert (await http.get("/healthz")).status_code == 200

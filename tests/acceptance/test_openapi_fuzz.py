@@ -1,0 +1,74 @@
+"""Schemathesis against the live /openapi.json: no 5xx, and every response
+matches the published schema (statuses, content types, bodies, headers)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from tests.acceptance.conftest import start_bff
+from tests.helpers import token
+
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+    ]
+)
+
+
+async def test_schemathesis_finds_no_server_error_and_no_schema_break(
+    bff_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    spawn_worker: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("DATAPLANE_SSE_DEADLINE_SECONDS", "1")
+    base, _app, shutdown = await start_bff(nursery)
+    spawn_worker()
+    async with httpx.AsyncClient(base_url=base) as http:
+        spec = (await http.get("/openapi.json")).json()
+    assert spec["openapi"] == "3.1.0" and "/api/probe/q" in spec["paths"]
+    st = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
+    assert st is not None, "schemathesis is a test dependency"
+    with trio.fail_after(600):
+        result = await trio.run_process(
+            [
+                st,
+                "run",
+                f"{base}/openapi.json",
+                "-H",
+                f"Authorization: Bearer {token(staff=True)}",
+                "--checks",
+                CHECKS,
+                "--max-examples",
+                "10",
+                "--phases",
+                "examples,coverage,fuzzing",
+                "--request-timeout",
+                "30",
+                "--seed",
+                "1",
+                "--generation-database",
+                "none",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=str(tmp_path),
+        )
+    out = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
+    (tmp_path / "schemathesis.txt").write_text(out)
+    assert result.returncode == 0, out[-6000:]
+    shutdown.set()
