@@ -104,6 +104,37 @@ async def _cmd_invalidate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    from dataplane.auth import mint_token
+    from dataplane.errors import ConfigError
+
+    if not settings.jwt_secret:
+        raise ConfigError("DATAPLANE_JWT_SECRET is not set (dataplane token mints HS256 tokens)")
+    branches = [b.strip() for b in args.branches.split(",") if b.strip()] if args.branches else None
+    print(
+        mint_token(
+            settings.jwt_secret,
+            client=args.client,
+            sub=args.sub,
+            staff=args.staff,
+            branches=branches,
+            email=args.email,
+            ttl=args.ttl,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+        )
+    )
+    return 0
+
+
+def _cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dataplane.dev import run_dev
+
+    return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir))
+
+
 def _job_json(job: object) -> dict[str, object]:
     from dataclasses import asdict, is_dataclass
 
@@ -134,11 +165,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--name", default="dataplane_demo", help="database name")
     demo.add_argument("--ro-password", default="dataplane_ro", help="password of dataplane_ro")
 
+    tok = sub.add_parser("token", help="mint a JWT with DATAPLANE_JWT_SECRET (development, tests)")
+    tok.add_argument("--client", required=True)
+    tok.add_argument("--staff", action="store_true")
+    tok.add_argument("--branches", help="comma-separated branch ids (staff default: *)")
+    tok.add_argument("--sub", default="dev-user", help="the user id (sub claim)")
+    tok.add_argument("--email")
+    tok.add_argument("--ttl", type=int, default=3600, help="seconds")
+
+    dev = sub.add_parser("dev", help="the whole stack on an embedded Postgres")
+    dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
+
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
     return parser
 
 
+SYNC_COMMANDS = {"token": _cmd_token, "dev": _cmd_dev}
 COMMANDS = {
     "migrate": _cmd_migrate,
     "jobs": _cmd_jobs,
@@ -157,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = Settings.from_env()
+        if args.command in SYNC_COMMANDS:
+            return SYNC_COMMANDS[args.command](settings, args)
         code: int = trio.run(COMMANDS[args.command], settings, args)
         return code
     except DataPlaneError as exc:

@@ -50,6 +50,14 @@ def demo_files() -> list[Path]:
     return sorted((sql_root() / "client_demo").glob("*.sql"))
 
 
+async def ensure_database(admin: Database, name: str) -> bool:
+    """Create database ``name`` unless it exists; True if it was created."""
+    if await admin.fetchone(q("demo_db_exists"), {"name": name}) is not None:
+        return False
+    await admin.execute(pgsql.SQL(q("demo_db_create")).format(name=pgsql.Identifier(name)))
+    return True
+
+
 async def create_demo_db(
     admin_dsn: str,
     *,
@@ -61,9 +69,7 @@ async def create_demo_db(
     """Create, seed and lock down the demo client DB (once); return the read-only DSN."""
     admin_cfg = DatabaseConfig(admin_dsn, pool_size=1, application_name="demo-db")
     async with open_database(admin_cfg, loop=loop) as admin:
-        if await admin.fetchone(q("demo_db_exists"), {"name": name}) is None:
-            stmt = pgsql.SQL(q("demo_db_create")).format(name=pgsql.Identifier(name))
-            await admin.execute(stmt)
+        if await ensure_database(admin, name):
             progress(f"created database {name}")
     target = with_params(admin_dsn, dbname=name)
     cfg = DatabaseConfig(target, pool_size=1, application_name="demo-db", call_timeout=SEED_TIMEOUT)

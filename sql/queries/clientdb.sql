@@ -25,11 +25,11 @@ WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY 1, 2;
 
 -- name: demo_db_exists
--- Whether the demo database exists (run on the admin connection).
+-- Whether a database exists (run on the admin connection).
 SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;
 
 -- name: demo_db_create
--- Create the demo database ({name} is an Identifier).
+-- Create a database ({name} is an Identifier).
 CREATE DATABASE {name};
 
 -- name: demo_db_seeded
