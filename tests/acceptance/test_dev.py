@@ -21,7 +21,7 @@ from tests.acceptance.test_bff import poll_until_done
 async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
-    log = open(tmp_path / "dev.out", "wb")  # noqa: ASYNC230, SIM115 - closed below
+    log = open(tmp_path / "dev.out", "wb")  # noqa: ASYNC230 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
         cwd=tmp_path,
