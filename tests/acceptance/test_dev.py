@@ -16,13 +16,14 @@ import trio
 
 from dataplane.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
+from tests.conftest import wait_until
 
 
 async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
     log = open(tmp_path / "dev.out", "wb")  # noqa: ASYNC230 - closed below
-    proc = subprocess.Popen(
+    proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
         cwd=tmp_path,
         env=env,
@@ -31,11 +32,11 @@ async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path
     )
     try:
         output = tmp_path / "dev.out"
-        with trio.fail_after(180):
-            while "Dev token:" not in output.read_text():
-                assert proc.poll() is None, output.read_text()
-                await trio.sleep(0.2)
+        await wait_until(
+            lambda: "Dev token:" in output.read_text() or proc.poll() is not None, within=180
+        )
         text = output.read_text()
+        assert proc.poll() is None, text
         assert "Running:" in text and "worker-users" in text and "worker-probe" in text
         token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         descendants = psutil.Process(proc.pid).children(recursive=True)
@@ -56,8 +57,7 @@ async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path
 
         proc.send_signal(signal.SIGINT)
         with trio.fail_after(5 + 2):  # Ctrl-C stops everything within 5 s (+ slack)
-            while proc.poll() is None:
-                await trio.sleep(0.05)
+            await proc.wait()
         alive = [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert alive == [], alive
         assert not psutil.pid_exists(pg_pid) or psutil.Process(pg_pid).status() == "zombie"
