@@ -193,6 +193,18 @@ def create_app() -> QuartTrio:
             {"status": "ready" if ok else "not ready", "checks": checks}, 200 if ok else 503
         )
 
+    @app.get("/")
+    async def demo_page() -> Response:
+        current: Plane | None = state["plane"]
+        probe = current.settings.probe_enabled if current else Settings.from_env().probe_enabled
+        if not probe:
+            raise ApiError(404, "the demo page is served only with DATAPLANE_PROBE=1")
+        return await _static_file("index.html")
+
+    @app.get("/static/<name>")
+    async def static_file(name: str) -> Response:
+        return await _static_file(name)
+
     @app.get("/openapi.json")
     async def openapi() -> Response:
         from dataplane.openapi import openapi_document
@@ -310,6 +322,29 @@ async def _serve_plane(
             log.info(
                 "BFF ready: %d surface(s), listening on %s", len(surfaces), ", ".join(channels)
             )
+
+
+STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".ts": "text/plain; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
+
+async def _static_file(name: str) -> Response:
+    """A file of ``dataplane/static`` (flat: no sub-directories, no dot-files)."""
+    path = STATIC / name
+    if "/" in name or name.startswith(".") or path.suffix not in STATIC_TYPES:
+        raise ApiError(404, "no such file")
+    try:
+        data = await trio.Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ApiError(404, "no such file") from None
+    resp = Response(data, mimetype=STATIC_TYPES[path.suffix].split(";")[0])
+    resp.headers["Content-Type"] = STATIC_TYPES[path.suffix]
+    resp.headers["Cache-Control"] = "no-cache"
+    return resp
 
 
 def _body_unread() -> bool:
