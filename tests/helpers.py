@@ -58,15 +58,24 @@ class WorkerProcess:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
-    def wait_ready(self, within: float = 30.0) -> None:
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"worker exited early:\n{self.output()}")
+        return " serving " in self.output()
+
+    def wait_ready_blocking(self, within: float = 30.0) -> None:
+        """For synchronous tests (it blocks the thread)."""
         deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if " serving " in self.output():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited early:\n{self.output()}")
+        while not self._ready():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not ready within {within}s:\n{self.output()}")
             time.sleep(0.05)
-        raise AssertionError(f"worker not ready within {within}s:\n{self.output()}")
+
+    async def wait_ready(self, within: float = 30.0) -> None:
+        """Wait for the worker's "serving" line without blocking the Trio loop."""
+        from tests.conftest import wait_until
+
+        await wait_until(self._ready, within=within, interval=0.05)
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)

@@ -65,7 +65,7 @@ async def http(bff: str) -> AsyncIterator[httpx.AsyncClient]:
 def spawn_worker(queue_dsn: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     procs: list[WorkerProcess] = []
 
-    def spawn(queue_type: str = "surface-probe", **env: str) -> WorkerProcess:
+    async def spawn(queue_type: str = "surface-probe", **env: str) -> WorkerProcess:
         full = {
             "MAESTRO_QUEUES_URL": queue_dsn,
             "SURFACE_QUEUE_TYPE": queue_type,
@@ -74,7 +74,7 @@ def spawn_worker(queue_dsn: str, tmp_path: Path) -> Iterator[Callable[..., Worke
         }
         proc = WorkerProcess(full, str(tmp_path / f"worker-{len(procs)}.log"))
         procs.append(proc)
-        proc.wait_ready()
+        await proc.wait_ready()
         return proc
 
     yield spawn

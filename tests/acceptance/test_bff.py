@@ -40,7 +40,7 @@ async def poll_until_done(http: httpx.AsyncClient, url: str, within: float = 20)
 async def test_echo_post_202_then_sse_done(
     http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
 ) -> None:
-    spawn_worker()
+    await spawn_worker()
     resp = await post(http, "probe", "echo", {"value": {"hello": "wörld"}})
     assert resp.status_code == 202, resp.text
     body = resp.json()
@@ -72,7 +72,7 @@ async def test_poll_answers_202_while_live_and_blob_fallback(
     live = await http.get(body["pollUrl"])
     assert live.status_code == 202 and live.json() == {"jobId": body["jobId"], "status": "pending"}
     assert "Retry-After" in live.headers
-    spawn_worker()
+    await spawn_worker()
     answer = await poll_until_done(http, body["pollUrl"])
     ref = answer["blobRef"]
     assert ref["contentType"] == "application/json" and ref["size"] > 300_000
@@ -86,7 +86,7 @@ async def test_poll_answers_202_while_live_and_blob_fallback(
 async def test_a_job_done_before_the_stream_opens_answers_at_once(
     http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
 ) -> None:
-    spawn_worker()
+    await spawn_worker()
     body = (await post(http, "probe", "echo", {"value": 1})).json()
     await poll_until_done(http, body["pollUrl"])
     status, _, events = await read_sse(http, body["streamUrl"])
@@ -110,7 +110,7 @@ async def test_identical_concurrent_posts_share_one_job(
             nursery.start_soon(one)
     assert len({b["jobId"] for b in bodies}) == 1
     assert sum(not b["coalesced"] for b in bodies) == 1
-    spawn_worker()
+    await spawn_worker()
     finals: list[SseEvent] = []
 
     async def listen(url: str) -> None:

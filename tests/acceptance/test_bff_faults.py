@@ -45,7 +45,7 @@ async def test_killed_listen_connection_still_answers_every_stream(
             await wait_until(lambda: plane.pump.statistics().waiters == 20, within=10)
             pid = plane.pump.listener.backend_pid()
             await db.fetchone("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
-            spawn_worker()  # the jobs finish while the pump is reconnecting (2 s)
+            await spawn_worker()  # the jobs finish while the pump is reconnecting (2 s)
             with trio.fail_after(2 + 1 + 5):  # reconnect delay + sweep cadence + slack
                 await wait_until(lambda: len(finals) == 20, within=30)
         assert all(e.name == "done" for e in finals)
@@ -61,7 +61,7 @@ async def test_deadline_gives_timeout_and_the_job_keeps_running(
 ) -> None:
     monkeypatch.setenv("DATAPLANE_SSE_DEADLINE_SECONDS", "0.5")
     base, _app, shutdown = await start_bff(nursery)
-    spawn_worker()
+    await spawn_worker()
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         body = (await post(http, "probe", "sleep", {"ms": 1500})).json()
         _, _, events = await read_sse(http, body["streamUrl"])
@@ -88,7 +88,7 @@ async def test_poison_is_reported_at_once(
 ) -> None:
     monkeypatch.setenv("DATAPLANE_MAX_DEQUEUES", "1")
     base, _app, shutdown = await start_bff(nursery)
-    spawn_worker()
+    await spawn_worker()
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         body = (await post(http, "probe", "fail", {"times": 5})).json()
         started = trio.current_time()
@@ -119,7 +119,7 @@ async def test_a_browser_disconnect_drops_only_its_waiter(
             with trio.move_on_after(0.5):
                 await read_sse(http, body["streamUrl"])  # a browser that goes away
             await wait_until(lambda: plane.pump.statistics().waiters == 1, within=5)
-            spawn_worker()
+            await spawn_worker()
         assert stayer_events[-1].name == "done"
         assert plane.pump.statistics().waiters == 0
         answer = await poll_until_done(http, body["pollUrl"])
@@ -137,7 +137,7 @@ async def test_keep_alive_comments_flow_while_waiting(
 
     monkeypatch.setattr(app_module, "KEEPALIVE_SECONDS", 0.2)
     base, _app, shutdown = await start_bff(nursery)
-    spawn_worker()
+    await spawn_worker()
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         body = (await post(http, "probe", "sleep", {"ms": 1000}, STAFF)).json()
         _, _, events = await read_sse(http, body["streamUrl"])

@@ -63,7 +63,7 @@ async def test_two_bff_processes_share_one_queue(
                 for i in range(30):
                     nursery.start_soon(one, (a.base, b.base)[i % 2], i)
                 await trio.sleep(0.5)
-                spawn_worker()
+                await spawn_worker()
     assert len(finals) == 30 and all(e.name == "done" for e in finals)
 
 
@@ -72,7 +72,7 @@ async def test_hypercorn_with_two_trio_workers(
 ) -> None:
     bff = spawn_bff("-w", "2")
     await bff.wait_ready()
-    spawn_worker()
+    await spawn_worker()
     async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
         for i in range(10):
             resp = await http.post(
@@ -107,7 +107,7 @@ async def test_one_operation_of_every_demo_surface_end_to_end(
     demo_db: tuple[str, str],
 ) -> None:
     for surface in ("users", "learnerviews", "accounting", "skills"):
-        spawn_worker(f"surface-{surface}", CLIENT_DB_URL=demo_db[1])
+        await spawn_worker(f"surface-{surface}", CLIENT_DB_URL=demo_db[1])
     staff = bearer(token(staff=True, sub="1"))
     queries = {
         "users": ("list", {"limit": 5}),

@@ -123,7 +123,7 @@ async def test_public_key_mode_rejects_hs_rs_confusion_and_checks_audience(
 async def test_nobody_reads_what_is_not_theirs(
     http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
 ) -> None:
-    spawn_worker()
+    await spawn_worker()
     owner = token(sub="owner", branches=["acme-north"])
     body = (await post(http, "probe", "large", {"bytes": 300_000}, owner)).json()
     answer = await poll_until_done(http, body["pollUrl"])
@@ -173,7 +173,7 @@ async def test_the_body_cannot_change_the_envelope(
     auth = row["payload"]["auth"]
     assert auth["client"] == "acme" and auth["staff"] is False
     assert auth["branches"] == ["acme-north"] and auth["userId"] == "u7"
-    spawn_worker()
+    await spawn_worker()
     answer = await poll_until_done(http, resp.json()["pollUrl"])
     assert answer["result"]["client"] == "acme"
 

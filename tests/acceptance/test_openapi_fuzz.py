@@ -36,7 +36,7 @@ async def test_schemathesis_finds_no_server_error_and_no_schema_break(
 ) -> None:
     monkeypatch.setenv("DATAPLANE_SSE_DEADLINE_SECONDS", "1")
     base, _app, shutdown = await start_bff(nursery)
-    spawn_worker()
+    await spawn_worker()
     async with httpx.AsyncClient(base_url=base) as http:
         spec = (await http.get("/openapi.json")).json()
     assert spec["openapi"] == "3.1.0" and "/api/probe/q" in spec["paths"]

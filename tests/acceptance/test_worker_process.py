@@ -40,7 +40,7 @@ async def test_sigkill_mid_job_is_a_retry_not_a_loss(
     first = WorkerProcess(env, str(tmp_path / "w1.log"))
     second = None
     try:
-        first.wait_ready()
+        await first.wait_ready()
         enq = await submit(queue, "probe", "sleep", {"ms": 1500})
         await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
         first.signal(signal.SIGKILL)
@@ -49,7 +49,7 @@ async def test_sigkill_mid_job_is_a_retry_not_a_loss(
         assert row is not None and row.status == "in_progress" and row.dequeue_count == 1
 
         second = WorkerProcess(env, str(tmp_path / "w2.log"))
-        second.wait_ready()
+        await second.wait_ready()
         await wait_until(lambda: _done(queue, enq.job_id), within=20)
         row = await queue.get(enq.job_id)
         assert row is not None and row.status == "done" and row.dequeue_count == 2
@@ -81,7 +81,7 @@ async def test_sigterm_finishes_in_flight_work_and_exits_zero(
 ) -> None:
     worker = WorkerProcess(probe_env(queue_dsn), str(tmp_path / "w.log"))
     try:
-        worker.wait_ready()
+        await worker.wait_ready()
         enq = await submit(queue, "probe", "sleep", {"ms": 800})
         await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
         worker.signal(signal.SIGTERM)
@@ -102,7 +102,7 @@ async def test_sigterm_past_the_grace_releases_without_counting(
     env = probe_env(queue_dsn, DATAPLANE_SHUTDOWN_GRACE_SECONDS="0.5")
     worker = WorkerProcess(env, str(tmp_path / "w.log"))
     try:
-        worker.wait_ready()
+        await worker.wait_ready()
         enq = await submit(queue, "probe", "sleep", {"ms": 60_000})
         await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
         worker.signal(signal.SIGTERM)
@@ -196,7 +196,7 @@ async def test_cache_invalidation_reaches_every_worker_process(
     workers = [WorkerProcess(env, str(tmp_path / f"w{i}.log")) for i in range(2)]
     try:
         for w in workers:
-            w.wait_ready()
+            await w.wait_ready()
 
         async def ask() -> tuple[str, str]:
             enq = await submit(queue, "users", "list", {"limit": 3})
