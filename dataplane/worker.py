@@ -248,7 +248,9 @@ class Worker:
         self.blob_base_path = blob_base_path
         self.single_flight: SingleFlight[Any] = SingleFlight()
         self.completer = Completer(queue)
-        self._held: dict[uuid.UUID, _Running] = {}
+        # Keyed by claim, not job: a job failed with no backoff can be claimed again by this
+        # worker before its first run has finished its bookkeeping.
+        self._held: dict[tuple[uuid.UUID, int], _Running] = {}
         self._wake = trio.Event()
         self._became_idle = trio.Event()
         self._stopping = False
@@ -345,7 +347,7 @@ class Worker:
                 self._counters.claimed += len(claimed)
                 for job in claimed:
                     running = _Running(job, trio.CancelScope())
-                    self._held[job.id] = running
+                    self._held[job.id, job.dequeue_count] = running
                     jobs.start_soon(self._run_job, running)
                 continue
             self._counters.idle_claims += 1
@@ -423,7 +425,7 @@ class Worker:
                         log.warning(
                             "job %s: release failed (%s); its lease will lapse", job.id, exc
                         )
-            del self._held[job.id]
+            del self._held[job.id, job.dequeue_count]
             if not self._held:
                 self._became_idle.set()
             self._wake.set()

@@ -49,7 +49,8 @@ async def test_killed_listen_connection_still_answers_every_stream(
             with trio.fail_after(2 + 1 + 5):  # reconnect delay + sweep cadence + slack
                 await wait_until(lambda: len(finals) == 20, within=30)
         assert all(e.name == "done" for e in finals)
-        assert plane.pump.listener.statistics().reconnects >= 1
+        # The sweep may answer everyone before the listener is back; it does come back.
+        await wait_until(lambda: plane.pump.listener.statistics().reconnects >= 1, within=10)
     shutdown.set()
 
 

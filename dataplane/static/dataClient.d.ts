@@ -1,0 +1,69 @@
+/** Types of dataClient.js: the browser client of the Surface Data Plane. */
+
+/** An error answer of the data plane: HTTP 4xx/5xx, an error in the job's answer, or POISON. */
+export declare class DataPlaneError extends Error {
+  constructor(error: { status?: number; code?: string; message?: string; jobId?: string | null });
+  readonly name: "DataPlaneError";
+  /** HTTP-style status: 400, 401, 403, 404, 500 (POISON), 503... */
+  status: number;
+  /** BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, POISON, ... */
+  code: string;
+  /** The job's id, when the error came after the job was enqueued. */
+  jobId: string | null;
+}
+
+export interface DataClientOptions {
+  /** The surface's API root, e.g. "/api/users". */
+  baseUrl: string;
+  /** The caller's JWT, sent as `Authorization: Bearer <token>`. */
+  getToken: () => string | Promise<string>;
+  /** Defaults to the global fetch. */
+  fetch?: typeof globalThis.fetch;
+  /** Defaults to the global EventSource. */
+  EventSource?: typeof globalThis.EventSource;
+}
+
+/** A finished job's answer: the `done` event's data and the poll's 200 body. */
+export interface Answer<T = unknown> {
+  jobId: string;
+  status: string;
+  result?: T;
+  error?: { status: number; code?: string; message: string };
+  blobRef?: { url: string; contentType: string; size: number; filename?: string };
+  cache?: "hit" | "miss" | "bypass";
+  coalesced?: boolean;
+}
+
+export interface QueryEvents {
+  queued: { jobId: string; status: string };
+  /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
+  error: { jobId: string; code: string; message: string; status?: number };
+  /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */
+  poll: { jobId: string; httpStatus: number; status: string };
+  /** The final answer, whether it came over the stream or by polling. */
+  done: Answer;
+}
+
+export interface QueryOptions {
+  /** Aborting closes the stream, stops polling and rejects with an `AbortError`. */
+  signal?: AbortSignal;
+  onEvent?: <K extends keyof QueryEvents>(name: K, data: QueryEvents[K]) => void;
+}
+
+/** What a query with a blob answer (a PDF, a large result) resolves with. */
+export interface BlobResult {
+  blob: Blob;
+  contentType: string;
+  filename: string;
+  size: number;
+}
+
+export interface DataClient {
+  /** Resolves with the operation's `result` (or a {@link BlobResult}); rejects with DataPlaneError. */
+  query<T = any>(operation: string, params?: object, options?: QueryOptions): Promise<T>;
+}
+
+export declare function createDataClient(options: DataClientOptions): DataClient;
+
+/** Save a blob answer as a file (an `<a download>` click). */
+export declare function download(blobResult: BlobResult): void;

@@ -1,0 +1,321 @@
+// @ts-check
+/**
+ * dataClient.js: the browser side of the Surface Data Plane. No dependencies.
+ *
+ *   const users = createDataClient({ baseUrl: "/api/users", getToken: () => token });
+ *   const page = await users.query("list", { limit: 10 }, { signal, onEvent });
+ *
+ * A query POSTs `{operation, params}` to `<baseUrl>/q` (202 `{jobId, streamUrl,
+ * pollUrl, coalesced}`), then listens on `streamUrl` (Server-Sent Events) for
+ * `done`. On a stream `TIMEOUT` (the job keeps running), or a stream that cannot
+ * connect, it polls `pollUrl` instead (honouring `Retry-After`, bounded backoff)
+ * until the answer is there. Reconnects are EventSource's own (it sends
+ * `Last-Event-ID`, so a reconnect never replays an event).
+ *
+ * It resolves with the operation's `result`; a blob answer (a PDF, a large
+ * result) resolves with `{blob, contentType, filename, size}`. Every failure
+ * rejects with a {@link DataPlaneError} (`status`, `code`, `message`, `jobId`);
+ * an aborted query rejects with an error named `AbortError`.
+ */
+
+/** Codes for an error answer that names only its status (the BFF's own table). */
+const CODES = /** @type {Record<number, string>} */ ({
+  400: "BAD_REQUEST",
+  401: "UNAUTHORIZED",
+  403: "FORBIDDEN",
+  404: "NOT_FOUND",
+  405: "METHOD_NOT_ALLOWED",
+  413: "PAYLOAD_TOO_LARGE",
+  415: "UNSUPPORTED_MEDIA_TYPE",
+  500: "INTERNAL",
+  503: "UNAVAILABLE",
+});
+
+const POLL_FIRST_MS = 250; // first poll delay when the server gives no Retry-After
+const POLL_MAX_MS = 5000; // the backoff ceiling
+const POLL_MAX_FAILURES = 5; // consecutive 503s / network failures before giving up
+const STREAM_MAX_ERRORS = 3; // connection errors after the first event before polling
+
+/** An error answer of the data plane (HTTP, in the job's answer, or a parked job). */
+export class DataPlaneError extends Error {
+  /**
+   * @param {{status?: number, code?: string, message?: string, jobId?: string | null}} error
+   */
+  constructor({ status = 500, code, message, jobId = null }) {
+    super(message || `request failed with status ${status}`);
+    this.name = "DataPlaneError";
+    /** @type {number} */
+    this.status = status;
+    /** @type {string} */
+    this.code = code || CODES[status] || "ERROR";
+    /** @type {string | null} */
+    this.jobId = jobId;
+  }
+}
+
+/**
+ * @typedef {object} DataClientOptions
+ * @property {string} baseUrl the surface's API root, e.g. "/api/users"
+ * @property {() => string | Promise<string>} getToken the caller's JWT (sent as a Bearer token)
+ * @property {typeof globalThis.fetch} [fetch] defaults to the global fetch
+ * @property {typeof globalThis.EventSource} [EventSource] defaults to the global EventSource
+ *
+ * @typedef {"queued" | "done" | "error" | "poll"} QueryEventName
+ *
+ * @typedef {object} QueryOptions
+ * @property {AbortSignal} [signal] aborts the query: closes the stream, stops polling
+ * @property {(name: QueryEventName, data: any) => void} [onEvent] progress: `queued`
+ *   `{jobId, status}`; `error` (a stream error event's data, e.g. `code: "TIMEOUT"`);
+ *   `poll` `{jobId, httpStatus, status}` per poll; `done` the final answer `{jobId,
+ *   status, result | error | blobRef, cache, coalesced}` (also when it came by polling)
+ *
+ * @typedef {object} BlobResult
+ * @property {Blob} blob
+ * @property {string} contentType
+ * @property {string} filename
+ * @property {number} size
+ *
+ * @typedef {object} DataClient
+ * @property {(operation: string, params?: object, options?: QueryOptions) => Promise<any>} query
+ */
+
+/**
+ * @param {DataClientOptions} options
+ * @returns {DataClient}
+ */
+export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSource: ES }) {
+  const doFetch = fetchImpl || globalThis.fetch.bind(globalThis);
+  const EventSourceImpl = ES || globalThis.EventSource;
+  const root = baseUrl.replace(/\/+$/, "");
+
+  /** @param {string} operation @param {object} [params] @param {QueryOptions} [options] */
+  async function query(operation, params = {}, { signal, onEvent } = {}) {
+    /** @type {(name: QueryEventName, data: any) => void} */
+    const emit = (name, data) => {
+      try {
+        onEvent?.(name, data);
+      } catch (err) {
+        console.error("dataClient onEvent handler failed", err);
+      }
+    };
+    try {
+      throwIfAborted(signal);
+      const token = await getToken();
+      throwIfAborted(signal);
+      const resp = await doFetch(absolute(`${root}/q`), {
+        method: "POST",
+        headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ operation, params }),
+        signal,
+      });
+      if (resp.status !== 202) throw await errorOf(resp, null);
+      const job = await resp.json();
+      const answer =
+        (await viaStream(EventSourceImpl, job, signal, emit)) ||
+        (await viaPolling(doFetch, job, signal, emit));
+      emit("done", answer);
+      if (answer.error) throw new DataPlaneError({ ...answer.error, jobId: job.jobId });
+      if (answer.blobRef) return await fetchBlob(doFetch, answer.blobRef, job.jobId, signal);
+      return answer.result;
+    } catch (err) {
+      if (signal?.aborted) throw abortError(signal);
+      throw err;
+    }
+  }
+
+  return { query };
+}
+
+/**
+ * Save a blob answer as a file (an `<a download>` click).
+ * @param {BlobResult} blobResult
+ */
+export function download({ blob, filename }) {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename || "download";
+  a.style.display = "none";
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/**
+ * The answer from the event stream, or null when the caller should poll instead.
+ * @param {typeof globalThis.EventSource} ES
+ * @param {{jobId: string, streamUrl: string}} job
+ * @param {AbortSignal | undefined} signal
+ * @param {(name: QueryEventName, data: any) => void} emit
+ * @returns {Promise<any | null>}
+ */
+function viaStream(ES, job, signal, emit) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const source = new ES(absolute(job.streamUrl));
+    let events = 0;
+    let errors = 0;
+    /** @param {() => void} settle */
+    const finish = (settle) => {
+      source.close();
+      signal?.removeEventListener("abort", onAbort);
+      settle();
+    };
+    const onAbort = () => finish(() => reject(abortError(signal)));
+    signal?.addEventListener("abort", onAbort);
+
+    source.addEventListener("queued", (e) => {
+      events += 1;
+      emit("queued", parse(/** @type {MessageEvent} */ (e).data));
+    });
+    source.addEventListener("done", (e) => {
+      const answer = parse(/** @type {MessageEvent} */ (e).data);
+      finish(() => resolve(answer));
+    });
+    source.addEventListener("error", (e) => {
+      const data = /** @type {MessageEvent} */ (e).data;
+      if (typeof data === "string") {
+        // A server-sent `event: error`: TIMEOUT (the job runs on: poll) or POISON (final).
+        const error = parse(data);
+        emit("error", error);
+        if (error.code === "TIMEOUT") return finish(() => resolve(null));
+        return finish(() => reject(new DataPlaneError({ ...error, jobId: job.jobId })));
+      }
+      // The connection failed. EventSource retries on its own, unless it gave up (CLOSED).
+      errors += 1;
+      if (events === 0 || errors > STREAM_MAX_ERRORS || source.readyState === ES.CLOSED) {
+        finish(() => resolve(null));
+      }
+    });
+  });
+}
+
+/**
+ * Poll until the job has its answer (200).
+ * @param {typeof globalThis.fetch} doFetch
+ * @param {{jobId: string, pollUrl: string}} job
+ * @param {AbortSignal | undefined} signal
+ * @param {(name: QueryEventName, data: any) => void} emit
+ */
+async function viaPolling(doFetch, job, signal, emit) {
+  let backoff = POLL_FIRST_MS;
+  let failures = 0;
+  for (;;) {
+    throwIfAborted(signal);
+    /** @type {Response | null} */
+    let resp = null;
+    try {
+      resp = await doFetch(absolute(job.pollUrl), {
+        headers: { Accept: "application/json" },
+        signal,
+      });
+    } catch (err) {
+      if (signal?.aborted || ++failures > POLL_MAX_FAILURES) throw err;
+    }
+    if (resp && resp.status === 200) {
+      const answer = await resp.json();
+      emit("poll", { jobId: job.jobId, httpStatus: 200, status: answer.status });
+      return answer;
+    }
+    if (resp && resp.status === 202) {
+      failures = 0;
+      const body = await resp.json();
+      emit("poll", { jobId: job.jobId, httpStatus: 202, status: body.status });
+    } else if (resp && (resp.status !== 503 || ++failures > POLL_MAX_FAILURES)) {
+      throw await errorOf(resp, job.jobId);
+    }
+    await sleep(Math.max(retryAfterMs(resp), backoff), signal);
+    backoff = Math.min(backoff * 2, POLL_MAX_MS);
+  }
+}
+
+/**
+ * @param {typeof globalThis.fetch} doFetch
+ * @param {{url: string, contentType?: string, filename?: string}} ref
+ * @param {string} jobId
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<BlobResult>}
+ */
+async function fetchBlob(doFetch, ref, jobId, signal) {
+  const resp = await doFetch(absolute(ref.url), { signal });
+  if (!resp.ok) throw await errorOf(resp, jobId);
+  const blob = await resp.blob();
+  return {
+    blob,
+    contentType: ref.contentType || blob.type,
+    filename: ref.filename || "download",
+    size: blob.size,
+  };
+}
+
+/**
+ * A DataPlaneError from an HTTP error answer (`{"error": {status, code, message}}`).
+ * @param {Response} resp
+ * @param {string | null} jobId
+ */
+async function errorOf(resp, jobId) {
+  let error = {};
+  try {
+    error = (await resp.json()).error || {};
+  } catch {
+    // not JSON: status text it is
+  }
+  return new DataPlaneError({
+    status: resp.status,
+    message: resp.statusText,
+    ...error,
+    jobId,
+  });
+}
+
+/** @param {Response | null} resp */
+function retryAfterMs(resp) {
+  const seconds = Number(resp?.headers.get("Retry-After"));
+  return Number.isFinite(seconds) && seconds > 0 ? Math.min(seconds * 1000, POLL_MAX_MS) : 0;
+}
+
+/** @param {string} url */
+function absolute(url) {
+  return new URL(url, globalThis.location?.href).href;
+}
+
+/** @param {string} text */
+function parse(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { message: text };
+  }
+}
+
+/** @param {AbortSignal | undefined} signal */
+function abortError(signal) {
+  const reason = signal?.reason;
+  if (reason instanceof Error && reason.name === "AbortError") return reason;
+  return new DOMException("the query was aborted", "AbortError");
+}
+
+/** @param {AbortSignal | undefined} signal */
+function throwIfAborted(signal) {
+  if (signal?.aborted) throw abortError(signal);
+}
+
+/**
+ * @param {number} ms
+ * @param {AbortSignal | undefined} signal
+ * @returns {Promise<void>}
+ */
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      if (signal?.aborted) reject(abortError(signal));
+      else resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
