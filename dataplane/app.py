@@ -21,6 +21,7 @@ gets 404, so job ids cannot be probed.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -28,10 +29,13 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 import trio
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -46,6 +50,9 @@ from dataplane.pump import ReplyPump
 from dataplane.queue import JobRow, QueueClient, done_channel
 from dataplane.sql import q
 from dataplane.surfaces import all_surfaces
+from telemetry.metrics import instruments
+from telemetry.otel import prometheus_text, setup_telemetry
+from telemetry.tracing import context_from, current_traceparent, links_to, messaging, tracer
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +132,8 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start_plane() -> None:
+        if "telemetry" not in state:
+            state["telemetry"] = setup_telemetry("dataplane-bff")
         settings = Settings.from_env()
         missing = []
         if settings.queues_url is None:
@@ -173,6 +182,21 @@ def create_app() -> QuartTrio:
             resp.headers["Allow"] = allow
         return resp
 
+    @app.after_serving
+    async def flush_telemetry() -> None:
+        telemetry = state.get("telemetry")
+        if telemetry is not None:
+            telemetry.shutdown()
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        telemetry = state.get("telemetry")
+        if telemetry is None or not telemetry.prometheus:
+            raise ApiError(404, "metrics are served only with DATAPLANE_METRICS=1")
+        resp = Response(prometheus_text(), mimetype="text/plain")
+        resp.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+        return resp
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return _json({"status": "ok"})
@@ -214,6 +238,7 @@ def create_app() -> QuartTrio:
         return _json(openapi_document(all_surfaces(probe_enabled=probe)))
 
     @app.post("/api/<surface_id>/q")
+    @_server_span("/api/{surface}/q")
     async def enqueue(surface_id: str) -> Response:
         p = plane()
         surface = _surface(p, surface_id)
@@ -227,14 +252,30 @@ def create_app() -> QuartTrio:
             params = op.check(auth, params)
         except HttpError as exc:
             raise ApiError(exc.status, exc.message) from None
-        env = Envelope(surface.id, op.name, op.version, params, auth)
-        try:
-            result = await p.queue.enqueue(p.queue_type(surface), env.dedupe_key, env.to_json())
-        except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
-            raise ApiError(400, f"params: {exc}") from None
-        except DatabaseUnavailable as exc:
-            raise ApiError(503, f"the queue is unreachable: {exc}") from None
-        job_id = str(result.job_id)
+        queue_type = p.queue_type(surface)
+        with tracer().start_as_current_span(
+            f"send {queue_type}",
+            kind=SpanKind.PRODUCER,
+            attributes=messaging("send", queue_type, surface=surface.id, operation=op.name),
+        ) as send:
+            env = Envelope(surface.id, op.name, op.version, params, auth, current_traceparent())
+            try:
+                result = await p.queue.enqueue(queue_type, env.dedupe_key, env.to_json())
+            except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
+                raise ApiError(400, f"params: {exc}") from None
+            except DatabaseUnavailable as exc:
+                raise ApiError(503, f"the queue is unreachable: {exc}") from None
+            job_id = str(result.job_id)
+            send.set_attribute("messaging.message.id", job_id)
+            send.set_attribute("dataplane.coalesced", result.coalesced)
+            if result.coalesced:
+                # Attached to a live job: link to the trace that executes it.
+                for link in links_to(result.traceparent):
+                    send.add_link(link.context, {"dataplane.link": "coalesced"})
+        metrics = instruments()
+        metrics.enqueued.add(1, {"surface": surface.id, "operation": op.name})
+        if result.coalesced:
+            metrics.coalesced.add(1, {"layer": "transport", "surface": surface.id})
         token = p.tokens.mint(
             StreamGrant(job_id, surface.id, auth.client, auth.scope_key, result.coalesced)
         )
@@ -254,6 +295,7 @@ def create_app() -> QuartTrio:
         return resp
 
     @app.get("/api/<surface_id>/q/<job_id>")
+    @_server_span("/api/{surface}/q/{jobId}")
     async def poll(surface_id: str, job_id: str) -> Response:
         p = plane()
         surface = _surface(p, surface_id)
@@ -265,6 +307,7 @@ def create_app() -> QuartTrio:
         return _json(_answer(p, row, grant))
 
     @app.get("/api/<surface_id>/q/<job_id>/blob")
+    @_server_span("/api/{surface}/q/{jobId}/blob")
     async def blob(surface_id: str, job_id: str) -> Response:
         p = plane()
         surface = _surface(p, surface_id)
@@ -530,12 +573,37 @@ def _final_event(p: Plane, row: JobRow, grant: StreamGrant | None, *, retry: boo
 async def _events(
     p: Plane, first: JobRow, grant: StreamGrant | None, last_id: int
 ) -> AsyncIterator[bytes]:
-    """queued -> done | error, with keep-alives; the waiter lives as long as the stream."""
+    """queued -> done | error, with keep-alives; the waiter lives as long as the stream.
+
+    The stream's server span joins the job's trace (the browser's GET carries no
+    trace context of its own), and the final event gets a ``done`` span inside it.
+    """
+    traceparent = first.payload.get("traceparent") if isinstance(first.payload, dict) else None
+    span = tracer().start_span(
+        f"GET {first.type} stream",
+        context=context_from(traceparent),
+        kind=SpanKind.SERVER,
+        attributes={
+            "http.request.method": "GET",
+            "http.route": "/api/{surface}/q/{jobId}/stream",
+            **messaging("receive", first.type, str(first.id)),
+        },
+    )
+    try:
+        async for chunk in _stream_events(p, first, grant, last_id, span):
+            yield chunk
+    finally:
+        span.end()
+
+
+async def _stream_events(
+    p: Plane, first: JobRow, grant: StreamGrant | None, last_id: int, span: Span
+) -> AsyncIterator[bytes]:
     with p.pump.register(first.id) as waiter:
         # Registered before the immediate re-check: a finish in between is not missed.
         row = first if first.finished else await _reread(p, first)
         if row.finished:
-            yield _final_event(p, row, grant, retry=True)
+            yield _done_event(p, row, grant, span, retry=True)
             return
         if last_id < EVENT_QUEUED:
             yield _sse(
@@ -547,9 +615,10 @@ async def _events(
             with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
                 finished = await waiter.wait()
             if finished is not None:
-                yield _final_event(p, finished, grant, retry=False)
+                yield _done_event(p, finished, grant, span, retry=False)
                 return
             if trio.current_time() >= deadline:
+                span.set_attribute("dataplane.sse.outcome", "TIMEOUT")
                 yield _sse(
                     "error",
                     EVENT_TIMEOUT,
@@ -562,6 +631,51 @@ async def _events(
                 )
                 return
             yield b": keep-alive\n\n"
+
+
+def _done_event(
+    p: Plane, row: JobRow, grant: StreamGrant | None, parent: Span, *, retry: bool
+) -> bytes:
+    """The final event, under a ``done`` span; records end-to-end time."""
+    with tracer().start_as_current_span(
+        "SSE done" if row.status == "done" else "SSE error",
+        context=trace.set_span_in_context(parent),
+        attributes=messaging("receive", row.type, str(row.id), outcome=row.status),
+    ):
+        event = _final_event(p, row, grant, retry=retry)
+    instruments().end_to_end.record(
+        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds() * 1000),
+        {"surface": str(row.payload.get("surface")), "status": row.status},
+    )
+    return event
+
+
+def _server_span(route: str) -> Callable[[Callable[..., Awaitable[Response]]], Any]:
+    """Wrap a route in an HTTP server span (status from the response or the error)."""
+
+    def decorate(fn: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Response:
+            with tracer().start_as_current_span(
+                f"{request.method} {route}",
+                kind=SpanKind.SERVER,
+                attributes={
+                    "http.request.method": request.method,
+                    "http.route": route,
+                    "url.path": request.path,
+                },
+            ) as span:
+                try:
+                    response = await fn(*args, **kwargs)
+                except ApiError as exc:
+                    span.set_attribute("http.response.status_code", exc.status)
+                    raise
+                span.set_attribute("http.response.status_code", response.status_code)
+                return response
+
+        return wrapper
+
+    return decorate
 
 
 async def _reread(p: Plane, row: JobRow) -> JobRow:

@@ -122,6 +122,7 @@ class _Flight(Generic[T]):
     done: trio.Event = field(default_factory=trio.Event)
     result: outcome.Outcome[T] | None = None
     followers: int = 0
+    meta: Any = None  # what the leader wants followers to know (its trace context)
 
 
 class SingleFlight(Generic[T]):
@@ -131,6 +132,13 @@ class SingleFlight(Generic[T]):
 
     async def run(self, key: str, fn: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """Run ``fn`` unless a flight for ``key`` is in the air; (value, shared)."""
+        value, shared, _meta = await self.run_with_meta(key, fn)
+        return value, shared
+
+    async def run_with_meta(
+        self, key: str, fn: Callable[[], Awaitable[T]], meta: Any = None
+    ) -> tuple[T, bool, Any]:
+        """As :meth:`run`; also returns the leader's ``meta`` (ours when we lead)."""
         while True:
             flight = self._flights.get(key)
             if flight is None:
@@ -141,11 +149,11 @@ class SingleFlight(Generic[T]):
             if result is not None:
                 self.shared += 1
                 if isinstance(result, outcome.Value):
-                    return result.value, True
+                    return result.value, True, flight.meta
                 assert isinstance(result, outcome.Error)
                 raise result.error
             # The leader was cancelled before finishing: try to lead ourselves.
-        flight = _Flight()
+        flight = _Flight(meta=meta)
         self._flights[key] = flight
         try:
             result = await outcome.acapture(fn)
@@ -153,7 +161,7 @@ class SingleFlight(Generic[T]):
                 result.error, trio.Cancelled
             ):
                 flight.result = result
-            return result.unwrap(), False
+            return result.unwrap(), False, meta
         finally:
             del self._flights[key]
             flight.done.set()

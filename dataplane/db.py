@@ -117,6 +117,7 @@ class DatabaseConfig:
     call_timeout: float = CALL_TIMEOUT
     application_name: str = "dataplane"
     read_only: bool = False  # every transaction read-only (client DBs, belt and braces)
+    trace_statements: bool = False  # a client span per statement (the client DB's queries)
 
     def __post_init__(self) -> None:
         if not self.dsn:
@@ -261,13 +262,16 @@ class Database:
         self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
     ) -> list[DictRow]:
         """Execute one statement and return all its rows."""
+        if self.config.trace_statements:
+            with _statement_span(query):
+                return await self.run(_fetchall, query, params, **kw)
         return await self.run(_fetchall, query, params, **kw)
 
     async def fetchone(
         self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
     ) -> DictRow | None:
         """Execute one statement and return its first row, if any."""
-        rows = await self.run(_fetchall, query, params, **kw)
+        rows = await self.fetchall(query, params, **kw)
         return rows[0] if rows else None
 
     async def execute(
@@ -332,6 +336,20 @@ class Database:
         idle, self._idle = self._idle, []
         for conn in idle:
             self._discard(conn)
+
+
+def _statement_span(query: pgsql.Composable | str) -> Any:
+    from opentelemetry.trace import SpanKind
+
+    from telemetry.tracing import tracer
+
+    text = query if isinstance(query, str) else repr(query)
+    verb = text.lstrip().split(None, 1)[0].upper() if text.strip() else "SQL"
+    return tracer().start_as_current_span(
+        f"db {verb}",
+        kind=SpanKind.CLIENT,
+        attributes={"db.system.name": "postgresql", "db.query.text": text[:2000]},
+    )
 
 
 async def _fetchall(

@@ -18,16 +18,20 @@ on every served surface's done channel, and a waiter map job id -> waiters.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import trio
+from opentelemetry.trace import SpanKind
 
 from dataplane.db import Gap, Listener, Notification
 from dataplane.errors import DatabaseError
-from dataplane.queue import JobRow, QueueClient
+from dataplane.queue import JobRow, QueueClient, done_channel
+from telemetry.metrics import instruments
+from telemetry.tracing import context_from, messaging, tracer
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +116,12 @@ class ReplyPump:
         """Wait on ``job_id`` for the duration of the block."""
         waiter = Waiter(job_id)
         self._waiters.setdefault(job_id, set()).add(waiter)
+        gauge = instruments().waiters
+        gauge.add(1)
         try:
             yield waiter
         finally:
+            gauge.add(-1)
             waiters = self._waiters.get(job_id)
             if waiters is not None:
                 waiters.discard(waiter)
@@ -164,7 +171,7 @@ class ReplyPump:
                     if job_id in self._waiters:
                         wanted.add(job_id)
             if wanted:
-                await self._read_and_deliver(list(wanted))
+                await self._read_and_deliver(list(wanted), notified=True)
 
     async def _sweeper(self) -> None:
         while True:
@@ -180,7 +187,8 @@ class ReplyPump:
         for start in range(0, len(ids), READ_BATCH):
             await self._read_and_deliver(ids[start : start + READ_BATCH])
 
-    async def _read_and_deliver(self, ids: list[uuid.UUID]) -> None:
+    async def _read_and_deliver(self, ids: list[uuid.UUID], *, notified: bool = False) -> None:
+        started = time.time_ns()
         try:
             rows = await self.queue.get_many(ids)
         except DatabaseError as exc:
@@ -188,4 +196,25 @@ class ReplyPump:
             return
         self._counters.reads += 1
         for row in rows:
+            if notified and row.finished:
+                _notify_span(row, started)
             self.deliver(row)
+
+
+def _notify_span(row: JobRow, started_ns: int) -> None:
+    """The done notify as heard by this BFF, in the request's trace."""
+    traceparent = row.payload.get("traceparent") if isinstance(row.payload, dict) else None
+    parent = context_from(traceparent)
+    if parent is None:
+        return
+    span = tracer().start_span(
+        f"notify {row.type}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        start_time=started_ns,
+        attributes={
+            **messaging("receive", row.type, str(row.id)),
+            "messaging.destination.name": done_channel(row.type),
+        },
+    )
+    span.end()

@@ -123,6 +123,7 @@ class EnqueueResult:
     job_id: uuid.UUID
     coalesced: bool
     status: str
+    traceparent: str | None = None  # of the row's envelope: the executing trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +274,9 @@ class QueueClient:
                 # The conflicting row committed after this statement's snapshot.
                 row = await self.db.fetchone(q("job_find_live"), {"dedupe_key": dedupe_key})
             if row is not None:
-                return EnqueueResult(row["id"], row["coalesced"], row["status"])
+                return EnqueueResult(
+                    row["id"], row["coalesced"], row["status"], row.get("traceparent")
+                )
         raise DatabaseError(f"enqueue of {dedupe_key!r} kept racing with finishing rows")
 
     # -- consumer ---------------------------------------------------------

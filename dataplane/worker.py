@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
+from opentelemetry.trace import Span, SpanKind
 
 from dataplane.cache import INVALIDATE_CHANNEL, SingleFlight, TtlCache
 from dataplane.db import Database, Gap, Notification
 from dataplane.envelope import Envelope
 from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
-from dataplane.manifest import BlobResult, OperationContext, Surface
+from dataplane.manifest import BlobResult, Operation, OperationContext, Surface
 from dataplane.queue import (
     Blob,
     ClaimedJob,
@@ -53,6 +54,8 @@ from dataplane.queue import (
     wake_channel,
 )
 from dataplane.reaper import REAP_INTERVAL_SECONDS, RetentionConfig, reap_once
+from telemetry.metrics import instruments
+from telemetry.tracing import context_from, current_traceparent, links_to, messaging, tracer
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +451,52 @@ class Worker:
             )
 
     async def _execute(self, running: _Running) -> tuple[str, str, bool, str]:
+        """Run one job inside its ``process`` span; record its metrics."""
+        job = running.job
+        traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
+        first = job.dequeue_count == 1
+        envelope_ctx = context_from(traceparent)
+        _wait_span(job, envelope_ctx)
+        attrs = messaging(
+            "process",
+            job.type,
+            str(job.id),
+            surface=self.surface.id,
+            queue_wait_ms=round(job.queue_wait_ms, 3),
+            dequeue_count=job.dequeue_count,
+        )
+        started = time.perf_counter()
+        with tracer().start_as_current_span(
+            f"process {job.type}",
+            context=envelope_ctx if first else None,
+            kind=SpanKind.CONSUMER,
+            links=[] if first else links_to(traceparent),
+            attributes=attrs,
+        ) as span:
+            result = await self._execute_job(running, span)
+            outcome, cache, coalesced, operation = result
+            span.set_attributes(
+                {
+                    "dataplane.operation": operation,
+                    "dataplane.cache": cache,
+                    "dataplane.coalesced": coalesced,
+                    "dataplane.outcome": outcome,
+                }
+            )
+        m = instruments()
+        labels = {"surface": self.surface.id, "operation": operation}
+        m.queue_wait.record(max(0.0, job.queue_wait_ms), labels)
+        m.execution.record((time.perf_counter() - started) * 1000, labels)
+        m.jobs.add(1, {**labels, "outcome": outcome})
+        if coalesced:
+            m.coalesced.add(1, {"layer": "single_flight", "surface": self.surface.id})
+        if cache == "hit":
+            m.cache_hits.add(1, labels)
+        if outcome == "poison":
+            m.poison.add(1, labels)
+        return result
+
+    async def _execute_job(self, running: _Running, span: Span) -> tuple[str, str, bool, str]:
         """Run one job to its row write; returns (outcome, cache, coalesced, operation)."""
         job = running.job
         cache, coalesced, operation = "bypass", False, "?"
@@ -479,11 +528,13 @@ class Worker:
                     dequeue_count=job.dequeue_count,
                     client_db=self.client_db,
                 )
-                value, coalesced = await self.single_flight.run(
-                    job.dedupe_key, lambda: op.handler(ctx)
+                value, coalesced, leader = await self.single_flight.run_with_meta(
+                    job.dedupe_key, lambda: _call_handler(op, ctx), current_traceparent()
                 )
                 if coalesced:
                     self._counters.coalesced += 1
+                    for link in links_to(leader):  # to the execution that answered us
+                        span.add_link(link.context, {"dataplane.link": "single_flight"})
                 if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
                     self.cache.put(
                         job.dedupe_key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params)
@@ -538,8 +589,13 @@ class Worker:
 
     async def _finish(self, running: _Running, completion: Completion) -> None:
         running.finishing = True
+        job = running.job
         try:
-            await self.completer.complete(completion)
+            with tracer().start_as_current_span(
+                f"complete {job.type}",
+                attributes=messaging("settle", job.type, str(job.id)),
+            ):
+                await self.completer.complete(completion)
         finally:
             running.finished = True
 
@@ -573,6 +629,26 @@ class Worker:
             return "poison"
         self._counters.failed += 1
         return "failed"
+
+
+async def _call_handler(op: Operation, ctx: OperationContext) -> Any:
+    with tracer().start_as_current_span(
+        f"{op.name} handler", attributes={"dataplane.operation": op.name}
+    ):
+        return await op.handler(ctx)
+
+
+def _wait_span(job: ClaimedJob, parent: Any) -> None:
+    """Queue wait as a span of its own, enqueue to claim, in the request's trace."""
+    if parent is None or job.dequeue_count != 1:
+        return
+    span = tracer().start_span(
+        f"wait {job.type}",
+        context=parent,
+        start_time=int(job.created_at.timestamp() * 1e9),
+        attributes=messaging("receive", job.type, str(job.id), queue_wait_ms=job.queue_wait_ms),
+    )
+    span.end(end_time=int(job.claimed_at.timestamp() * 1e9))
 
 
 def _merge_json(head: Mapping[str, Any], data_json: str) -> str:

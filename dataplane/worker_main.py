@@ -9,6 +9,7 @@ SIGTERM/SIGINT stop it gracefully (exit 0); a second signal skips the grace.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from contextlib import AsyncExitStack
 
@@ -30,6 +31,18 @@ BOOT_CONNECT_DELAY = 2.0  # seconds between them
 
 
 async def serve_worker(settings: Settings, *, reporter: Reporter | None = None) -> int:
+    """Boot checks, telemetry, then the worker until a signal stops it."""
+    from telemetry.otel import setup_telemetry
+
+    surface_id = (settings.queue_type or "").removeprefix("surface-").removesuffix("-dev")
+    telemetry = setup_telemetry("dataplane-worker", attributes={"dataplane.surface": surface_id})
+    try:
+        return await _serve_worker(settings, reporter=reporter, prometheus=telemetry.prometheus)
+    finally:
+        telemetry.shutdown()
+
+
+async def _serve_worker(settings: Settings, *, reporter: Reporter | None, prometheus: bool) -> int:
     if settings.queue_type is None:
         raise ConfigError("SURFACE_QUEUE_TYPE is not set (surface-<id> or surface-<id>-dev)")
     queues_url = settings.require_queues_url()
@@ -66,9 +79,14 @@ async def serve_worker(settings: Settings, *, reporter: Reporter | None = None) 
                 pool_size=settings.concurrency,
                 application_name=f"dataplane-worker-{surface.id}",
                 read_only=True,
+                trace_statements=True,
             )
             client_db = await stack.enter_async_context(open_database(client_cfg))
             await prove_read_only(client_db)
+        if reporter is None and settings.capcom_url:
+            from telemetry.sender import CapcomSender
+
+            reporter = CapcomSender(settings.capcom_url, os.environ.get("CAPCOM_TOKEN", ""))
         worker = Worker(
             config,
             surface,
@@ -78,6 +96,9 @@ async def serve_worker(settings: Settings, *, reporter: Reporter | None = None) 
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, worker)
+            port = os.environ.get("DATAPLANE_METRICS_PORT")
+            if prometheus and port:
+                await nursery.start(_serve_metrics, int(port))
             await worker.run()
             nursery.cancel_scope.cancel()
     return 0
@@ -93,6 +114,35 @@ async def _wait_reachable(db: Database) -> None:
                 raise ConfigError(f"queue DB unreachable: {exc}") from None
             log.warning("queue DB unreachable (%s); retrying in %gs", exc, BOOT_CONNECT_DELAY)
             await trio.sleep(BOOT_CONNECT_DELAY)
+
+
+METRICS_READ_TIMEOUT = 5.0  # seconds a scraper may take to send its request
+
+
+async def _serve_metrics(port: int, *, task_status: trio.TaskStatus[None]) -> None:
+    """A minimal HTTP endpoint for Prometheus: any GET gets the metrics text."""
+    from telemetry.otel import prometheus_text
+
+    async def handle(stream: trio.SocketStream) -> None:
+        with trio.move_on_after(METRICS_READ_TIMEOUT):
+            request = b""
+            while b"\r\n\r\n" not in request and len(request) < 8192:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    return
+                request += chunk
+            body = prometheus_text()
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            await stream.send_all(head.encode() + body)
+        await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
+    task_status.started()
+    await trio.serve_listeners(handle, listeners)
 
 
 async def _watch_signals(worker: Worker) -> None:

@@ -13,11 +13,11 @@ WITH ins AS (
 ), wake AS (
     SELECT pg_notify(%(wake_channel)s, '') FROM ins
 )
-SELECT ins.id, ins.status, false AS coalesced
+SELECT ins.id, ins.status, false AS coalesced, %(payload)s::jsonb ->> 'traceparent' AS traceparent
 FROM ins
 WHERE (SELECT count(*) FROM wake) >= 0
 UNION ALL
-SELECT q.id, q.status, true AS coalesced
+SELECT q.id, q.status, true AS coalesced, q.payload ->> 'traceparent' AS traceparent
 FROM maestro_queues q
 WHERE q.dedupe_key = %(dedupe_key)s
   AND q.status IN ('pending', 'in_progress')
@@ -25,7 +25,7 @@ WHERE q.dedupe_key = %(dedupe_key)s
 
 -- name: job_find_live
 -- The live job of a dedupe key (after an enqueue lost the race to a row its snapshot missed).
-SELECT id, status, true AS coalesced
+SELECT id, status, true AS coalesced, payload ->> 'traceparent' AS traceparent
 FROM maestro_queues
 WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress');
 

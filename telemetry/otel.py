@@ -1,0 +1,138 @@
+"""OpenTelemetry setup, one call per process, from the standard ``OTEL_*`` environment.
+
+:func:`setup_telemetry` installs a tracer provider and a meter provider whose
+resource names the process (``dataplane-bff``, ``dataplane-worker`` with the
+surface as ``dataplane.surface``, ``dataplane-capcom``; ``OTEL_SERVICE_NAME``
+wins). Exporters are attached only when asked for:
+
+* OTLP, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the per-signal
+  ``..._TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT``) is set, over
+  ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``);
+* a Prometheus reader, when ``DATAPLANE_METRICS=1``: the BFF and capcom serve it
+  on ``GET /metrics``, a worker on ``DATAPLANE_METRICS_PORT``.
+
+With none of these, nothing is installed: the API's no-op tracer and meter are
+used, so instrumented code costs next to nothing and exports nothing.
+:meth:`Telemetry.shutdown` flushes what is pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_MS = 5000
+METRIC_EXPORT_INTERVAL_MS = 10_000
+
+
+def _endpoint(env: Mapping[str, str], signal: str) -> str | None:
+    return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+
+
+@dataclass
+class Telemetry:
+    service_name: str
+    tracing: bool = False
+    otlp_metrics: bool = False
+    prometheus: bool = False
+    _providers: list[Any] = field(default_factory=list)
+
+    def shutdown(self) -> None:
+        """Flush and stop exporters (idempotent)."""
+        providers, self._providers = self._providers, []
+        for provider in providers:
+            try:
+                if hasattr(provider, "force_flush"):
+                    provider.force_flush(FLUSH_TIMEOUT_MS)
+                provider.shutdown()
+            except Exception:  # a collector that is down must not break shutdown
+                log.warning("telemetry: flush on shutdown failed", exc_info=True)
+
+
+def setup_telemetry(
+    default_service: str,
+    *,
+    attributes: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Telemetry:
+    """Install providers for this process; see the module docstring."""
+    env = os.environ if env is None else env
+    service = env.get("OTEL_SERVICE_NAME") or default_service
+    traces_endpoint = _endpoint(env, "TRACES")
+    metrics_endpoint = _endpoint(env, "METRICS")
+    prometheus = env.get("DATAPLANE_METRICS", "0") == "1"
+    telemetry = Telemetry(service)
+    if not (traces_endpoint or metrics_endpoint or prometheus):
+        return telemetry  # the API's no-op providers: nothing exported, nearly free
+
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"service.name": service, **(attributes or {})})
+    grpc = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") == "grpc"
+
+    if traces_endpoint:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        if grpc:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
+                OTLPSpanExporter,
+            )
+        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(tracer_provider)
+        telemetry.tracing = True
+        telemetry._providers.append(tracer_provider)
+
+    readers: list[Any] = []
+    if metrics_endpoint:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        if grpc:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[assignment]
+                OTLPMetricExporter,
+            )
+        interval = int(env.get("OTEL_METRIC_EXPORT_INTERVAL", METRIC_EXPORT_INTERVAL_MS))
+        readers.append(
+            PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+        )
+        telemetry.otlp_metrics = True
+    if prometheus:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        readers.append(PrometheusMetricReader())
+        telemetry.prometheus = True
+    if readers:
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        metrics.set_meter_provider(meter_provider)
+        telemetry._providers.append(meter_provider)
+    log.info(
+        "telemetry: %s (traces %s, OTLP metrics %s, Prometheus %s)",
+        service,
+        "on" if telemetry.tracing else "off",
+        "on" if telemetry.otlp_metrics else "off",
+        "on" if telemetry.prometheus else "off",
+    )
+    return telemetry
+
+
+def prometheus_text() -> bytes:
+    """The current metrics in Prometheus' text format (for ``GET /metrics``)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest()
