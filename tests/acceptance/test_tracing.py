@@ -1,0 +1,205 @@
+"""Traces and metrics from real BFF and worker processes, received by a real
+OTLP/HTTP receiver started here (protobuf decoded with opentelemetry-proto)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from quart import request
+from quart_trio import QuartTrio
+
+from dataplane.embedded import free_port
+from tests.conftest import wait_until
+from tests.helpers import BffProcess, WorkerProcess, bearer, read_sse, token
+
+
+@dataclass
+class Received:
+    spans: list[tuple[str, Span]] = field(default_factory=list)  # (service, span)
+    requests: int = 0
+
+    def named(self, name: str) -> list[tuple[str, Span]]:
+        return [(svc, s) for svc, s in self.spans if s.name == name]
+
+
+@pytest.fixture
+async def otlp(nursery: trio.Nursery) -> AsyncIterator[tuple[str, Received]]:
+    received = Received()
+    app = QuartTrio("otlp-receiver")
+
+    @app.post("/v1/traces")
+    async def traces() -> tuple[bytes, int]:
+        received.requests += 1
+        msg = ExportTraceServiceRequest()
+        msg.ParseFromString(await request.get_data())
+        for rs in msg.resource_spans:
+            service = next(
+                (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"),
+                "?",
+            )
+            for ss in rs.scope_spans:
+                received.spans.extend((service, span) for span in ss.spans)
+        return b"", 200
+
+    @app.post("/v1/metrics")
+    async def metrics() -> tuple[bytes, int]:
+        received.requests += 1
+        return b"", 200
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    shutdown = trio.Event()
+    binds = await nursery.start(
+        functools.partial(serve, app, config, shutdown_trigger=shutdown.wait)
+    )
+    yield binds[0], received
+    shutdown.set()
+
+
+def attrs(span: Span) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        v = kv.value
+        out[kv.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
+    return out
+
+
+@pytest.fixture
+def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    started: list[Any] = []
+
+    async def start(otel: dict[str, str]) -> BffProcess:
+        env = {**bff_env, **otel}
+        bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
+        started.append(bff)
+        worker = WorkerProcess(
+            {**env, "SURFACE_QUEUE_TYPE": "surface-probe"}, str(tmp_path / "worker.log")
+        )
+        started.append(worker)
+        await bff.wait_ready()
+        await worker.wait_ready()
+        return bff
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+OTEL = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRIC_EXPORT_INTERVAL": "500"}
+
+
+async def test_one_trace_across_bff_and_worker(
+    otlp: tuple[str, Received], stack: Callable[..., Any]
+) -> None:
+    endpoint, received = otlp
+    bff = await stack({**OTEL, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    tok = token(staff=True)
+    async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
+        first = (
+            await http.post(
+                "/api/probe/q",
+                json={"operation": "sleep", "params": {"ms": 600}},
+                headers=bearer(tok),
+            )
+        ).json()
+        second = (
+            await http.post(
+                "/api/probe/q",
+                json={"operation": "sleep", "params": {"ms": 600}},
+                headers=bearer(tok),
+            )
+        ).json()
+        assert second["coalesced"] and second["jobId"] == first["jobId"]
+        _, _, events = await read_sse(http, first["streamUrl"])
+        assert events[-1].name == "done"
+    job_id = first["jobId"]
+
+    def has(name: str) -> bool:
+        return any(s.name == name for _, s in received.spans)
+
+    await wait_until(
+        lambda: all(
+            has(n)
+            for n in (
+                "POST /api/{surface}/q",
+                "send surface-probe",
+                "wait surface-probe",
+                "process surface-probe",
+                "sleep handler",
+                "complete surface-probe",
+                "notify surface-probe",
+                "SSE done",
+            )
+        ),
+        within=20,
+    )
+    sends = received.named("send surface-probe")
+    executing = next(s for _, s in sends if not attrs(s)["dataplane.coalesced"])
+    attached = next(s for _, s in sends if attrs(s)["dataplane.coalesced"])
+    trace_id = executing.trace_id
+    in_trace = [(svc, s) for svc, s in received.spans if s.trace_id == trace_id]
+    by_name = {s.name: (svc, s) for svc, s in in_trace}
+    services = {svc for svc, _ in in_trace}
+    assert services == {"dataplane-bff", "dataplane-worker"}
+
+    post = by_name["POST /api/{surface}/q"][1]
+    process_svc, process = by_name["process surface-probe"]
+    assert process_svc == "dataplane-worker"
+    assert executing.parent_span_id == post.span_id
+    assert executing.kind == Span.SpanKind.SPAN_KIND_PRODUCER
+    assert post.kind == Span.SpanKind.SPAN_KIND_SERVER
+    assert process.parent_span_id == executing.span_id  # child on the first attempt
+    assert process.kind == Span.SpanKind.SPAN_KIND_CONSUMER
+    assert by_name["wait surface-probe"][1].parent_span_id == executing.span_id
+    assert by_name["sleep handler"][1].parent_span_id == process.span_id
+    assert by_name["complete surface-probe"][1].parent_span_id == process.span_id
+    notify_svc, notify = by_name["notify surface-probe"]
+    assert notify_svc == "dataplane-bff" and notify.parent_span_id == executing.span_id
+    stream = by_name["GET surface-probe stream"][1]
+    assert by_name["SSE done"][1].parent_span_id == stream.span_id
+
+    pa = attrs(process)
+    assert pa["messaging.system"] == "postgresql"
+    assert pa["messaging.operation.type"] == "process"
+    assert pa["messaging.destination.name"] == "surface-probe"
+    assert pa["messaging.message.id"] == job_id
+    assert pa["dataplane.surface"] == "probe" and pa["dataplane.operation"] == "sleep"
+    assert pa["dataplane.cache"] == "bypass" and pa["dataplane.coalesced"] is False
+    assert pa["dataplane.queue_wait_ms"] >= 0
+    sa = attrs(executing)
+    assert sa["messaging.operation.type"] == "send" and sa["messaging.message.id"] == job_id
+
+    # The coalesced request has its own trace, linked to the executing one.
+    assert attached.trace_id != trace_id
+    assert [link.trace_id for link in attached.links] == [trace_id]
+
+
+async def test_without_an_endpoint_nothing_is_exported(
+    otlp: tuple[str, Received], stack: Callable[..., Any]
+) -> None:
+    _endpoint, received = otlp
+    bff = await stack(OTEL)  # no OTEL_EXPORTER_OTLP_ENDPOINT
+    async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
+        for i in range(5):
+            resp = await http.post(
+                "/api/probe/q",
+                json={"operation": "echo", "params": {"value": i}},
+                headers=bearer(token(staff=True)),
+            )
+            _, _, events = await read_sse(http, resp.json()["streamUrl"])
+            assert events[-1].json["result"]["echo"] == i
+    await trio.sleep(1)  # longer than the export delay configured above
+    assert received.requests == 0 and received.spans == []
