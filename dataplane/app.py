@@ -132,6 +132,12 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start_plane() -> None:
+        if not logging.getLogger().handlers:  # Hypercorn configures only its own loggers
+            logging.basicConfig(
+                level=logging.INFO,
+                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                stream=sys.stderr,
+            )
         if "telemetry" not in state:
             state["telemetry"] = setup_telemetry("dataplane-bff")
         settings = Settings.from_env()

@@ -1,0 +1,68 @@
+"""Postgres stopped and restarted under load: the BFF and the workers recover
+without being restarted, and the promises hold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from dataplane.db import DatabaseConfig, open_bridge, open_database
+from dataplane.embedded import FAST_SETTINGS, EmbeddedPostgres
+from dataplane.migrate import migrate
+from tests.chaos.harness import Stack, check_promises, drive
+
+
+@pytest.fixture
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    """A server of this test's own: it is going to be stopped."""
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("chaos-pg") / "data", settings=FAST_SETTINGS)
+    server.start()
+
+    async def prepare() -> None:
+        async with open_bridge(), open_database(DatabaseConfig(server.dsn(), pool_size=1)) as db:
+            await migrate(db)
+
+    trio.run(prepare)
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+async def test_postgres_restart_under_load(own_server: EmbeddedPostgres, tmp_path: Path) -> None:
+    stack = Stack(tmp_path, own_server.dsn())
+    try:
+        bff = await stack.add_bff()
+        await stack.add_worker()
+        await stack.add_worker()
+        outcomes: list = []
+
+        async def load() -> None:
+            outcomes.extend(await drive([bff.base], 150, concurrency=12))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(load)
+            await trio.sleep(2)  # under load
+            await trio.to_thread.run_sync(own_server.stop, "fast")
+            await trio.sleep(1.5)  # an outage
+            await trio.to_thread.run_sync(own_server.start)
+        for proc in [*stack.bffs, *stack.workers]:
+            assert proc.proc.poll() is None, "a process died instead of recovering"
+        with psycopg.connect(own_server.dsn()) as conn:
+            rows = {
+                str(r[0]): {"status": r[1], "last_error": r[2], "dequeue_count": r[3]}
+                for r in conn.execute(
+                    "SELECT id, status, last_error, dequeue_count FROM maestro_queues"
+                )
+            }
+        check_promises(outcomes, rows)
+        assert len(rows) == len({o.job_id for o in outcomes})  # identical sleeps coalesce
+        assert sum(o.post_attempts > 1 for o in outcomes) > 0, "the outage was never felt"
+        bff_log = stack.bffs[0].output()
+        assert "connection lost" in bff_log and "reconnected" in bff_log
+    finally:
+        stack.stop()
