@@ -84,6 +84,7 @@ class EmbeddedPostgres:
     port: int = 0
     settings: Mapping[str, str] = field(default_factory=dict)
     superuser: str = "postgres"
+    hba_lines: tuple[str, ...] = ()  # extra pg_hba.conf lines, added after initdb
 
     @property
     def socket_dir(self) -> Path:
@@ -130,6 +131,9 @@ class EmbeddedPostgres:
                     "--locale=C",
                 ]
             )
+            if self.hba_lines:
+                hba = self.datadir / "pg_hba.conf"
+                hba.write_text(hba.read_text() + "\n".join(self.hba_lines) + "\n")
         if self.port == 0:
             self.port = free_port()
         options = {**DEFAULT_SETTINGS, **self.settings, "port": str(self.port)}

@@ -42,7 +42,13 @@ from opentelemetry.trace import Span, SpanKind
 from dataplane.cache import INVALIDATE_CHANNEL, SingleFlight, TtlCache
 from dataplane.db import Database, Gap, Notification
 from dataplane.envelope import Envelope
-from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    HttpError,
+    InvalidArgument,
+    LeaseLost,
+)
 from dataplane.manifest import BlobResult, Operation, OperationContext, Surface
 from dataplane.queue import (
     Blob,
@@ -64,6 +70,9 @@ IDLE_MS = 2000  # idle backoff ceiling
 SHUTDOWN_GRACE_SECONDS = 30.0
 RELEASE_TIMEOUT = 5.0  # seconds the shielded release on shutdown may take
 COMPLETE_BATCH = 256  # completions per statement
+COMPLETE_RETRY_SECONDS = 60.0  # how long a finished job's write is retried through an outage
+COMPLETE_RETRY_FIRST = 0.2  # seconds before the first retry (doubling)
+COMPLETE_RETRY_MAX = 5.0  # seconds between retries at most
 DB_ERROR_BACKOFF = 1.0  # seconds after a failed claim before trying again
 
 
@@ -191,9 +200,16 @@ class Completer:
     while the previous statement runs and go together.
     """
 
-    def __init__(self, queue: QueueClient, *, max_batch: int = COMPLETE_BATCH) -> None:
+    def __init__(
+        self,
+        queue: QueueClient,
+        *,
+        max_batch: int = COMPLETE_BATCH,
+        retry_seconds: float = COMPLETE_RETRY_SECONDS,
+    ) -> None:
         self.queue = queue
         self.max_batch = max_batch
+        self.retry_seconds = retry_seconds
         self._send, self._recv = trio.open_memory_channel[_Pending](max_batch * 4)
         self.batches = 0
 
@@ -208,7 +224,7 @@ class Completer:
                     break
             self.batches += 1
             try:
-                done = await self.queue.complete_many([p.completion for p in batch])
+                done = await self._commit(batch)
             except DatabaseError as exc:
                 for p in batch:
                     p.error = exc
@@ -217,6 +233,26 @@ class Completer:
             for p in batch:
                 p.committed = p.completion.job.id in done
                 p.done.set()
+
+    async def _commit(self, batch: list[_Pending]) -> set[uuid.UUID]:
+        """One statement for the batch; retried while the queue DB is unreachable.
+
+        A finished job's result is worth keeping through a blip: the retry either
+        lands, or meets the fence once another worker has taken the row over.
+        """
+        deadline = trio.current_time() + self.retry_seconds
+        delay = COMPLETE_RETRY_FIRST
+        while True:
+            try:
+                return await self.queue.complete_many([p.completion for p in batch])
+            except DatabaseUnavailable as exc:
+                if trio.current_time() + delay > deadline:
+                    raise
+                log.warning(
+                    "completing %d job(s) failed (%s); retrying in %gs", len(batch), exc, delay
+                )
+                await trio.sleep(delay)
+                delay = min(delay * 2, COMPLETE_RETRY_MAX)
 
     async def complete(self, completion: Completion) -> None:
         """Commit one completion; :class:`LeaseLost` if the claim was lost."""

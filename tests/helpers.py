@@ -44,11 +44,13 @@ async def submit(
 class WorkerProcess:
     """A real ``dataplane worker`` child process."""
 
-    def __init__(self, env: Mapping[str, str], log_path: str) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: str, *, prefix: tuple[str, ...] = ()
+    ) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dataplane", "worker"],
+            [*prefix, sys.executable, "-m", "dataplane", "worker"],
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
