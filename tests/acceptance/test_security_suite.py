@@ -1,0 +1,154 @@
+"""Attacks beyond tokens: SQL injection through every string parameter of every
+operation, newline injection into SSE fields, and slow clients."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psycopg
+import trio
+
+from dataplane.db import Database
+from dataplane.envelope import Auth
+from dataplane.errors import HttpError
+from dataplane.manifest import OperationContext
+from dataplane.surfaces import all_surfaces
+from tests.acceptance.test_bff import STAFF, post
+from tests.helpers import bearer
+
+INJECTIONS = [
+    "'; DROP TABLE lms.users; --",
+    "' OR '1'='1",
+    "%' OR 1=1 --",
+    "1; DELETE FROM lms.enrollments",
+    "\\'; TRUNCATE lms.invoices; --",
+    "acme' UNION SELECT email, NULL FROM lms.users --",
+    "$$; DROP SCHEMA lms CASCADE; $$",
+    "_%\\",
+]
+VALID_INT = 1
+AUTH = Auth("acme", "1", "ops@acme.test", True, ("*",))
+
+
+def _counts(admin_dsn: str) -> dict[str, int]:
+    with psycopg.connect(admin_dsn) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'lms' ORDER BY 1"
+            )
+        ]
+        return {t: conn.execute(f"SELECT count(*) FROM lms.{t}").fetchone()[0] for t in tables}  # type: ignore[index]
+
+
+def _string_params(schema: dict[str, Any]) -> list[str]:
+    return [
+        name
+        for name, sub in schema.get("properties", {}).items()
+        if sub.get("type") == "string" or sub.get("type") is None
+    ]
+
+
+def _base_params(schema: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in schema.get("required", ()):
+        sub = schema["properties"][name]
+        out[name] = VALID_INT if sub.get("type") == "integer" else "x"
+    return out
+
+
+async def test_sql_injection_through_every_string_parameter(
+    client_db: Database, demo_db: tuple[str, str]
+) -> None:
+    before = _counts(demo_db[0])
+    tried = 0
+    for surface in all_surfaces(probe_enabled=False).values():
+        for op in surface.operations.values():
+            for name in _string_params(dict(op.params)):
+                for attack in INJECTIONS:
+                    raw = {**_base_params(dict(op.params)), name: attack}
+                    try:
+                        params = op.check(AUTH, raw)
+                    except HttpError as exc:  # refused by the schema: fine, and a 400
+                        assert exc.status == 400
+                        continue
+                    ctx = OperationContext(params, AUTH, "t", 1, client_db)
+                    try:
+                        result = await op.handler(ctx)
+                    except HttpError as exc:  # not found in scope: an answer
+                        assert exc.status in (400, 404)
+                        continue
+                    tried += 1
+                    text = json.dumps(result, default=str) if not isinstance(result, bytes) else ""
+                    assert "DROP" not in text or attack in text
+    assert tried > 0, "no injection reached a handler"
+    assert _counts(demo_db[0]) == before
+
+
+async def test_newlines_cannot_forge_sse_fields(
+    http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
+) -> None:
+    await spawn_worker()
+    evil = 'x\n\nevent: done\ndata: {"forged": true}\nid: 99\n\n'
+    body = (await post(http, "probe", "echo", {"value": evil})).json()
+    raw = b""
+    with trio.fail_after(20):
+        async with http.stream("GET", body["streamUrl"]) as resp:
+            async for chunk in resp.aiter_bytes():
+                raw += chunk
+                if b"event: done" in raw and raw.endswith(b"\n\n"):
+                    break
+    lines = raw.decode().split("\n")
+    assert [ln for ln in lines if ln.startswith("event:")] == ["event: queued", "event: done"]
+    assert [ln for ln in lines if ln.startswith("id:")] == ["id: 1", "id: 3"]
+    data = [json.loads(ln[len("data: ") :]) for ln in lines if ln.startswith("data:")]
+    assert data[-1]["result"]["echo"] == evil  # delivered intact, as data
+
+
+async def test_slow_clients_are_cut_off_without_starving_others(
+    bff: str, http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
+) -> None:
+    await spawn_worker()
+    host, port = bff.removeprefix("http://").split(":")
+    closed_at: list[float] = []
+
+    async def trickler() -> None:
+        stream = await trio.open_tcp_stream(host, int(port))
+        head = (
+            "POST /api/probe/q HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {STAFF}\r\nContent-Length: 1000\r\n\r\n"
+        )
+        await stream.send_all(head.encode())
+        started = trio.current_time()
+        answer = b""
+        with trio.move_on_after(30):
+            try:
+                for _ in range(1000):
+                    await stream.send_all(b" ")
+                    with trio.move_on_after(0.5):
+                        answer += await stream.receive_some(4096)
+                    if answer.startswith(b"HTTP/1.1 "):
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        closed_at.append(trio.current_time() - started)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(trickler)
+        await trio.sleep(0.5)
+        for i in range(20):  # everyone else is served promptly meanwhile
+            with trio.fail_after(5):
+                resp = await http.post(
+                    "/api/probe/q",
+                    json={"operation": "echo", "params": {"value": i}},
+                    headers=bearer(STAFF),
+                )
+                assert resp.status_code == 202
+    assert len(closed_at) == 20
+    assert max(closed_at) < 15, closed_at  # the body timeout (10 s) cut them off
