@@ -136,6 +136,7 @@ def _children(
     }
     if capcom_port is not None:
         common["CAPCOM_URL"] = f"http://127.0.0.1:{capcom_port}"
+        common["CAPCOM_TOKEN"] = secrets.token_urlsafe(32)
     py = sys.executable
     children = [
         Child(

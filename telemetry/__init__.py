@@ -1,6 +1,10 @@
-"""Telemetry for the data plane: OpenTelemetry setup and the capcom receiver.
+"""Telemetry for the data plane.
 
-The tracing, metrics and ``telemetry.capcom`` receiver arrive with the
-observability issue; this package exists so the layout and type checks are in
-place from the start.
+* :mod:`telemetry.otel` — OpenTelemetry setup per process (traces and metrics,
+  OTLP and Prometheus exporters only when configured);
+* :mod:`telemetry.tracing` — tracer, W3C traceparent helpers, messaging attributes;
+* :mod:`telemetry.metrics` — every metric instrument, declared in one place;
+* :mod:`telemetry.sender` — the worker's fire-and-forget capcom reporter;
+* :mod:`telemetry.capcom` — the receiver (``hypercorn -k trio telemetry.capcom:app``)
+  that writes ``worker_runs``.
 """

@@ -14,21 +14,30 @@ from opentelemetry import metrics
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 
 METER = "dataplane"
+# Latency buckets fine enough for the sub-millisecond and single-digit figures we hold.
+MS_BUCKETS = [0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 50, 100, 250, 500, 1000, 2500, 5000, 10_000]
 
 
 class Instruments:
     def __init__(self) -> None:
         meter = metrics.get_meter(METER)
         self.queue_wait: Histogram = meter.create_histogram(
-            "dataplane.queue_wait", unit="ms", description="Enqueue to claim, per job (worker)"
+            "dataplane.queue_wait",
+            unit="ms",
+            description="Enqueue to claim, per job (worker)",
+            explicit_bucket_boundaries_advisory=MS_BUCKETS,
         )
         self.execution: Histogram = meter.create_histogram(
-            "dataplane.execution", unit="ms", description="Claim to completion, per job (worker)"
+            "dataplane.execution",
+            unit="ms",
+            description="Claim to completion, per job (worker)",
+            explicit_bucket_boundaries_advisory=MS_BUCKETS,
         )
         self.end_to_end: Histogram = meter.create_histogram(
             "dataplane.end_to_end",
             unit="ms",
             description="Enqueue to the answer handed to a waiting stream (BFF)",
+            explicit_bucket_boundaries_advisory=MS_BUCKETS,
         )
         self.jobs: Counter = meter.create_counter(
             "dataplane.jobs", unit="1", description="Finished jobs by outcome (worker)"
@@ -54,6 +63,11 @@ class Instruments:
         )
         self.enqueued: Counter = meter.create_counter(
             "dataplane.enqueued", unit="1", description="Accepted POSTs, by surface (BFF)"
+        )
+        self.capcom_received: Counter = meter.create_counter(
+            "dataplane.capcom.received",
+            unit="1",
+            description="Job reports written to worker_runs (telemetry receiver)",
         )
 
 
