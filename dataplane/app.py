@@ -21,6 +21,7 @@ gets 404, so job ids cannot be probed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -46,7 +47,7 @@ from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.envelope import Auth, Envelope
 from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError, InvalidArgument
 from dataplane.manifest import Surface
-from dataplane.pump import ReplyPump
+from dataplane.pump import ReplyPump, Waiter
 from dataplane.queue import JobRow, QueueClient, done_channel
 from dataplane.sql import q
 from dataplane.surfaces import all_surfaces
@@ -334,11 +335,23 @@ def create_app() -> QuartTrio:
     async def stream(surface_id: str, job_id: str) -> Response:
         p = plane()
         surface = _surface(p, surface_id)
-        row, grant = await _readable_job(p, surface, job_id)
         last_id = _last_event_id()
+        waiting = contextlib.ExitStack()  # the waiter's registration, handed to the stream
+        waiters: list[Waiter] = []
+        try:
+            row, grant = await _readable_job(
+                p,
+                surface,
+                job_id,
+                before_read=lambda jid: waiters.append(waiting.enter_context(p.pump.register(jid))),
+            )
+        except BaseException:
+            waiting.close()
+            raise
         if last_id >= EVENT_FINAL:
+            waiting.close()
             return Response("", status=204)  # the browser has the answer: stop reconnecting
-        body = _events(p, row, grant, last_id)
+        body = _events(p, row, grant, last_id, waiting, waiters[0])
         resp = Response(body, mimetype="text/event-stream")
         resp.headers["Cache-Control"] = "no-cache"
         resp.headers["X-Accel-Buffering"] = "no"
@@ -482,9 +495,16 @@ async def _db(call: Awaitable[Any]) -> Any:
 
 
 async def _readable_job(
-    p: Plane, surface: Surface, job_id: str
+    p: Plane,
+    surface: Surface,
+    job_id: str,
+    before_read: Callable[[uuid.UUID], object] | None = None,
 ) -> tuple[JobRow, StreamGrant | None]:
-    """The job, if this caller may read it; 404 for every other case."""
+    """The job, if this caller may read it; 404 for every other case.
+
+    ``before_read`` runs once the caller is authenticated, just before the row is
+    read (the stream registers its waiter there, so no finish can slip between).
+    """
     not_found = ApiError(404, "no such job")
     try:
         jid = uuid.UUID(job_id)
@@ -503,6 +523,8 @@ async def _readable_job(
     else:
         auth = _bearer(p)
         client, scope = auth.client, auth.scope_key
+    if before_read is not None:
+        before_read(jid)
     row: JobRow | None = await _db(p.queue.get(jid))
     if row is None or row.type != p.queue_type(surface):
         raise not_found
@@ -577,7 +599,12 @@ def _final_event(p: Plane, row: JobRow, grant: StreamGrant | None, *, retry: boo
 
 
 async def _events(
-    p: Plane, first: JobRow, grant: StreamGrant | None, last_id: int
+    p: Plane,
+    first: JobRow,
+    grant: StreamGrant | None,
+    last_id: int,
+    waiting: contextlib.ExitStack,
+    waiter: Waiter,
 ) -> AsyncIterator[bytes]:
     """queued -> done | error, with keep-alives; the waiter lives as long as the stream.
 
@@ -596,47 +623,49 @@ async def _events(
         },
     )
     try:
-        async for chunk in _stream_events(p, first, grant, last_id, span):
+        async for chunk in _stream_events(p, first, grant, last_id, span, waiter):
             yield chunk
     finally:
+        waiting.close()
         span.end()
 
 
 async def _stream_events(
-    p: Plane, first: JobRow, grant: StreamGrant | None, last_id: int, span: Span
+    p: Plane,
+    row: JobRow,
+    grant: StreamGrant | None,
+    last_id: int,
+    span: Span,
+    waiter: Waiter,
 ) -> AsyncIterator[bytes]:
-    with p.pump.register(first.id) as waiter:
-        # Registered before the immediate re-check: a finish in between is not missed.
-        row = first if first.finished else await _reread(p, first)
-        if row.finished:
-            yield _done_event(p, row, grant, span, retry=True)
+    # The waiter was registered before ``row`` was read: a finish since is not missed.
+    if row.finished:
+        yield _done_event(p, row, grant, span, retry=True)
+        return
+    if last_id < EVENT_QUEUED:
+        yield _sse("queued", EVENT_QUEUED, {"jobId": str(row.id), "status": row.status}, retry=True)
+    deadline = trio.current_time() + p.settings.sse_deadline_seconds
+    while True:
+        finished: JobRow | None = None
+        with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
+            finished = await waiter.wait()
+        if finished is not None:
+            yield _done_event(p, finished, grant, span, retry=False)
             return
-        if last_id < EVENT_QUEUED:
+        if trio.current_time() >= deadline:
+            span.set_attribute("dataplane.sse.outcome", "TIMEOUT")
             yield _sse(
-                "queued", EVENT_QUEUED, {"jobId": str(row.id), "status": row.status}, retry=True
+                "error",
+                EVENT_TIMEOUT,
+                {
+                    "jobId": str(row.id),
+                    "code": "TIMEOUT",
+                    "message": "no answer within the stream deadline; the job keeps "
+                    "running: poll the job or reconnect the stream",
+                },
             )
-        deadline = trio.current_time() + p.settings.sse_deadline_seconds
-        while True:
-            finished: JobRow | None = None
-            with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
-                finished = await waiter.wait()
-            if finished is not None:
-                yield _done_event(p, finished, grant, span, retry=False)
-                return
-            if trio.current_time() >= deadline:
-                span.set_attribute("dataplane.sse.outcome", "TIMEOUT")
-                yield _sse(
-                    "error",
-                    EVENT_TIMEOUT,
-                    {
-                        "jobId": str(row.id),
-                        "code": "TIMEOUT",
-                        "message": "no answer within the stream deadline; the job keeps "
-                        "running: poll the job or reconnect the stream",
-                    },
-                )
-                return
-            yield b": keep-alive\n\n"
+            return
+        yield b": keep-alive\n\n"
 
 
 def _done_event(
@@ -682,14 +711,6 @@ def _server_span(route: str) -> Callable[[Callable[..., Awaitable[Response]]], A
         return wrapper
 
     return decorate
-
-
-async def _reread(p: Plane, row: JobRow) -> JobRow:
-    try:
-        fresh = await p.queue.get(row.id)
-    except DatabaseError:
-        return row  # the sweep will find it
-    return fresh if fresh is not None else row
 
 
 class RequireTrio:

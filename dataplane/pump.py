@@ -190,7 +190,7 @@ class ReplyPump:
     async def _read_and_deliver(self, ids: list[uuid.UUID], *, notified: bool = False) -> None:
         started = time.time_ns()
         try:
-            rows = await self.queue.get_many(ids)
+            rows = await self.queue.get_finished_many(ids)
         except DatabaseError as exc:
             log.warning("pump: could not read %d job(s) (%s); the sweep will retry", len(ids), exc)
             return

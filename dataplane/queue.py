@@ -407,6 +407,14 @@ class QueueClient:
         rows = await self.db.fetchall(q("job_get_many"), {"ids": ids})
         return [JobRow.from_row(row) for row in rows]
 
+    async def get_finished_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
+        """The finished (done or poison) jobs among ``job_ids``."""
+        ids = [_job_uuid(j) for j in job_ids]
+        if not ids:
+            return []
+        rows = await self.db.fetchall(q("job_get_finished_many"), {"ids": ids})
+        return [JobRow.from_row(row) for row in rows]
+
     async def list_jobs(
         self, *, status: str | None = None, queue_type: str | None = None, limit: int = 50
     ) -> list[JobRow]:

@@ -2,11 +2,17 @@
 
 /** An error answer of the data plane: HTTP 4xx/5xx, an error in the job's answer, or POISON. */
 export declare class DataPlaneError extends Error {
-  constructor(error: { status?: number; code?: string; message?: string; jobId?: string | null });
+  constructor(error: {
+    status?: number;
+    code?: string;
+    message?: string;
+    jobId?: string | null;
+    cause?: unknown;
+  });
   readonly name: "DataPlaneError";
-  /** HTTP-style status: 400, 401, 403, 404, 500 (POISON), 503... */
+  /** HTTP-style status: 400, 401, 403, 404, 500 (POISON), 503...; 0 when no answer came. */
   status: number;
-  /** BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, POISON, ... */
+  /** BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, POISON, NETWORK, ... */
   code: string;
   /** The job's id, when the error came after the job was enqueued. */
   jobId: string | null;
@@ -44,10 +50,14 @@ export interface QueryEvents {
   done: Answer;
 }
 
+/** `[name, data]` of one query event. */
+export type QueryEvent = { [K in keyof QueryEvents]: [name: K, data: QueryEvents[K]] }[keyof QueryEvents];
+
 export interface QueryOptions {
   /** Aborting closes the stream, stops polling and rejects with an `AbortError`. */
   signal?: AbortSignal;
-  onEvent?: <K extends keyof QueryEvents>(name: K, data: QueryEvents[K]) => void;
+  /** Progress; `(name, data) => { if (name === "done") data.cache }` narrows `data`. */
+  onEvent?: (...event: QueryEvent) => void;
 }
 
 /** What a query with a blob answer (a PDF, a large result) resolves with. */

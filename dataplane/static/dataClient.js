@@ -14,8 +14,9 @@
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large
  * result) resolves with `{blob, contentType, filename, size}`. Every failure
- * rejects with a {@link DataPlaneError} (`status`, `code`, `message`, `jobId`);
- * an aborted query rejects with an error named `AbortError`.
+ * rejects with a {@link DataPlaneError} (`status`, `code`, `message`, `jobId`;
+ * status 0 and code `NETWORK` when no answer came at all); an aborted query
+ * rejects with an error named `AbortError`.
  */
 
 /** Codes for an error answer that names only its status (the BFF's own table). */
@@ -39,10 +40,11 @@ const STREAM_MAX_ERRORS = 3; // connection errors after the first event before p
 /** An error answer of the data plane (HTTP, in the job's answer, or a parked job). */
 export class DataPlaneError extends Error {
   /**
-   * @param {{status?: number, code?: string, message?: string, jobId?: string | null}} error
+   * @param {{status?: number, code?: string, message?: string, jobId?: string | null,
+   *   cause?: unknown}} error
    */
-  constructor({ status = 500, code, message, jobId = null }) {
-    super(message || `request failed with status ${status}`);
+  constructor({ status = 500, code, message, jobId = null, cause }) {
+    super(message || `request failed with status ${status}`, { cause });
     this.name = "DataPlaneError";
     /** @type {number} */
     this.status = status;
@@ -98,6 +100,8 @@ export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSou
         console.error("dataClient onEvent handler failed", err);
       }
     };
+    /** @type {string | null} */
+    let jobId = null;
     try {
       throwIfAborted(signal);
       const token = await getToken();
@@ -110,6 +114,7 @@ export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSou
       });
       if (resp.status !== 202) throw await errorOf(resp, null);
       const job = await resp.json();
+      jobId = job.jobId;
       const answer =
         (await viaStream(EventSourceImpl, job, signal, emit)) ||
         (await viaPolling(doFetch, job, signal, emit));
@@ -119,7 +124,10 @@ export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSou
       return answer.result;
     } catch (err) {
       if (signal?.aborted) throw abortError(signal);
-      throw err;
+      if (err instanceof DataPlaneError) throw err;
+      // No answer at all (the network, a body that is not JSON): still a typed error.
+      const message = err instanceof Error ? err.message : String(err);
+      throw new DataPlaneError({ status: 0, code: "NETWORK", message, jobId, cause: err });
     }
   }
 
