@@ -550,7 +550,7 @@ def _answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
             + (row.last_error or "unknown error").splitlines()[-1][:500],
         }
         out["coalesced"] = attached
-        return out
+        return out | _timings(row)
     result = row.result if isinstance(row.result, dict) else {"data": row.result}
     if "error" in result:
         out["error"] = result["error"]
@@ -571,7 +571,19 @@ def _answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
         out["result"] = result.get("data")
     out["cache"] = result.get("cache", "bypass")
     out["coalesced"] = bool(result.get("coalesced")) or attached
-    return out
+    return out | _timings(row)
+
+
+def _timings(row: JobRow) -> dict[str, Any]:
+    """Queue wait and run time of the execution that answered, from the row."""
+    if row.claimed_at is None or row.completed_at is None:
+        return {}
+    return {
+        "timings": {
+            "queueMs": round((row.claimed_at - row.created_at).total_seconds() * 1000, 1),
+            "runMs": round((row.completed_at - row.claimed_at).total_seconds() * 1000, 1),
+        }
+    }
 
 
 def _last_event_id() -> int:

@@ -207,6 +207,7 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
                 [
                     "",
                     f"  Surface Data Plane is {'up' if ready else 'starting (slowly)'}: {url}",
+                    f"  Demo page:      {url}/?token=<the dev token below>",
                     f"  OpenAPI:        {url}/openapi.json",
                     f"  Dev token:      {token}",
                     "  (staff of client acme, all branches, valid 30 days; mint others with",

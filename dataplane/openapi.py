@@ -236,6 +236,14 @@ def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
                         },
                         "cache": {"enum": ["hit", "miss", "bypass"]},
                         "coalesced": {"type": "boolean"},
+                        "timings": {
+                            "type": "object",
+                            "description": "queue wait and run time of the answering execution",
+                            "properties": {
+                                "queueMs": {"type": "number"},
+                                "runMs": {"type": "number"},
+                            },
+                        },
                     },
                 },
             },

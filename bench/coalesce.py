@@ -1,0 +1,203 @@
+"""Identical concurrent requests: N at once -> exactly one execution, N answers.
+
+Runs its own stack (embedded Postgres with durable defaults, unless
+``MAESTRO_QUEUES_URL`` is set; one BFF ``hypercorn -k trio``; one probe worker),
+fires ``--requests`` (default 500) identical ``probe.sleep {ms: 10000}`` POSTs (the job must outlive
+the burst: a finished row does not absorb new requests) at
+once, opens every returned stream, and counts: distinct jobs, executions (claims
+of the job row: its ``dequeue_count``, and rows in the queue), and ``done``
+answers. Prints a table; writes ``bench/results/coalesce.json``.
+
+    python bench/coalesce.py [--requests 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# This directory holds queue.py, which would shadow the standard library's queue.
+_BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
+sys.path.insert(0, str(_BENCH_DIR.parent))
+
+import httpx
+import psycopg
+import trio
+
+from bench._common import (
+    RESULTS_DIR,
+    format_table,
+    machine_info,
+    now_iso,
+    scratch_server,
+    server_settings,
+)
+from dataplane.auth import mint_token
+from dataplane.embedded import free_port
+
+JWT_SECRET = "bench-secret-that-is-long-enough-for-hs256"
+TARGET_REQUESTS = 500
+JOB_MS = 10_000  # longer than accepting the whole burst takes on this machine
+PHASE_TIMEOUT = 120.0  # seconds for the whole burst, answers included
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+async def wait_ready(base: str, worker_log: Path) -> None:
+    async with httpx.AsyncClient(timeout=2) as http:
+        with trio.fail_after(60):
+            while True:
+                try:
+                    ready = (await http.get(f"{base}/readyz")).status_code == 200
+                except httpx.HTTPError:
+                    ready = False
+                if ready and " serving " in worker_log.read_text(errors="replace"):
+                    return
+                await trio.sleep(0.1)
+
+
+async def burst(base: str, n: int) -> dict[str, Any]:
+    headers = {
+        "Authorization": f"Bearer {mint_token(JWT_SECRET, client='acme', sub='b', staff=True)}"
+    }
+    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+    bodies: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as http:
+        gate = trio.Event()
+
+        async def one() -> None:
+            await gate.wait()
+            resp = await http.post(
+                "/api/probe/q",
+                json={"operation": "sleep", "params": {"ms": JOB_MS}},
+                headers=headers,
+            )
+            resp.raise_for_status()
+            body = resp.json()
+            bodies.append(body)
+            async with http.stream("GET", body["streamUrl"]) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:") and '"status":"done"' in line:
+                        answers.append(json.loads(line[5:]))
+                        break
+
+        started = time.perf_counter()
+        with trio.fail_after(PHASE_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for _ in range(n):
+                    nursery.start_soon(one)
+                await trio.sleep(0.2)
+                gate.set()
+        elapsed = time.perf_counter() - started
+    return {
+        "requests": n,
+        "accepted": len(bodies),
+        "distinct_jobs": len({b["jobId"] for b in bodies}),
+        "coalesced_answers": sum(b["coalesced"] for b in bodies),
+        "done_answers": len(answers),
+        "elapsed_s": round(elapsed, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=TARGET_REQUESTS)
+    args = parser.parse_args(argv)
+    with scratch_server("dataplane_bench_coalesce") as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "SURFACE_"))}
+        env.update(
+            MAESTRO_QUEUES_URL=server.dsn,
+            DATAPLANE_JWT_SECRET=JWT_SECRET,
+            DATAPLANE_PROBE="1",
+            SURFACE_QUEUE_TYPE="surface-probe",
+        )
+        subprocess.run(
+            [sys.executable, "-m", "dataplane", "migrate"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"dataplane-coalesce-{os.getpid()}"
+        logs.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        procs = [
+            start(
+                [
+                    sys.executable,
+                    "-m",
+                    "hypercorn",
+                    "-k",
+                    "trio",
+                    "-b",
+                    f"127.0.0.1:{port}",
+                    "--backlog",
+                    "2048",
+                    "dataplane.app:app",
+                ],
+                env,
+                logs / "bff.log",
+            ),
+            start([sys.executable, "-m", "dataplane", "worker"], env, logs / "worker.log"),
+        ]
+        try:
+            base = f"http://127.0.0.1:{port}"
+
+            async def run() -> dict[str, Any]:
+                await wait_ready(base, logs / "worker.log")
+                return await burst(base, args.requests)
+
+            result = trio.run(run)
+            with psycopg.connect(server.dsn) as conn:
+                rows = conn.execute(
+                    "SELECT count(*), max(dequeue_count) FROM maestro_queues"
+                ).fetchone()
+            assert rows is not None
+            result["queue_rows"], result["executions"] = rows[0], rows[1]
+            settings = server_settings(server.dsn)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    ok = (
+        result["distinct_jobs"] == 1
+        and result["executions"] == 1
+        and (result["done_answers"] == args.requests)
+    )
+    out = {
+        **result,
+        "target": f"{args.requests} at once -> exactly 1 execution, all answered",
+        "met": ok,
+        "date": now_iso(),
+        "machine": machine_info(settings.get("server_version", "?")),
+        "config": {
+            "server": server.kind,
+            "server_settings": settings,
+            "operation": f"probe.sleep {JOB_MS} ms",
+        },
+    }
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (RESULTS_DIR / "coalesce.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(format_table(["metric", "value"], [[k, result[k]] for k in result]))
+    print(f"\n{'MET' if ok else 'NOT MET'}: {out['target']}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

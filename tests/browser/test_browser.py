@@ -1,0 +1,298 @@
+"""The demo page and dataClient.js in Chromium against the real stack (see conftest)."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pypdf import PdfReader
+
+from tests.browser.conftest import Stack, browser_tools_missing
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+_MS = re.compile(r"^\d+ ms$")
+DEMO_SLOTS = (
+    "users-list",
+    "users-detail",
+    "lv-branches",
+    "lv-courses",
+    "lv-learner",
+    "acc-invoices",
+    "acc-invoice",
+    "skills-coverage",
+    "skills-profile",
+)
+
+
+def _expect() -> Any:
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    _expect()(page.get_by_test_id("ready")).to_be_visible()
+
+
+def _cells(page: Page, table: str, column: str) -> list[str]:
+    return page.locator(f'[data-testid="{table}"] td[data-col="{column}"]').all_inner_texts()
+
+
+def _value(page: Page, table: str, key: str) -> str:
+    return page.locator(f'[data-testid="{table}"] td[data-key="{key}"]').inner_text()
+
+
+def _record_requests(page: Page) -> list[str]:
+    """Every request the page makes from now on, as "METHOD path?query"."""
+    log: list[str] = []
+    page.on("request", lambda request: log.append(f"{request.method} {request.url}"))
+    return log
+
+
+def _kinds(log: list[str], job_id: str) -> list[str]:
+    """The requests of ``log`` about one job: "stream", "poll" or "blob"."""
+    kinds = []
+    for line in log:
+        if f"/q/{job_id}" in line:
+            path = line.split("?")[0]
+            kinds.append(
+                "stream"
+                if path.endswith("/stream")
+                else "blob"
+                if path.endswith("/blob")
+                else "poll"
+            )
+    return kinds
+
+
+def test_chromium_and_playwright_are_installed() -> None:
+    missing = browser_tools_missing()
+    assert missing is None, missing
+
+
+def test_every_panel_fills_with_seeded_data(page: Page, stack: Stack, screenshot: Any) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    expect(page).to_have_title("Surface Data Plane — demo")
+    expect(page.get_by_test_id("token")).to_have_value(stack.token)
+
+    page.get_by_test_id("run-all").click()
+    for key in DEMO_SLOTS:
+        slot = page.get_by_test_id(f"slot-{key}")
+        expect(slot).to_have_attribute("data-state", "done")
+        expect(page.get_by_test_id(f"status-{key}")).to_contain_text("done")
+        expect(page.get_by_test_id(f"e2e-{key}")).to_have_text(_MS)
+        expect(page.get_by_test_id(f"cache-{key}")).to_be_visible()
+        expect(page.get_by_test_id(f"coalesced-{key}")).to_have_attribute("data-value", "false")
+    # Lists are cached by the worker; drill-downs (PII) never are.
+    expect(page.get_by_test_id("cache-users-list")).to_have_attribute("data-value", "miss")
+    expect(page.get_by_test_id("cache-users-detail")).to_have_attribute("data-value", "bypass")
+    # The answer carries the execution's queue wait (claimed_at - created_at).
+    expect(page.get_by_test_id("queue-users-list")).to_have_text(_MS)
+
+    # users: the first page, in the order of the query, exactly as in the client DB.
+    emails = _cells(page, "table-users-list-rows", "email")
+    assert len(emails) == 10 and all(e.endswith("@acme.example") for e in emails), emails
+    with_db = stack.demo_one(
+        "SELECT array_agg(email ORDER BY full_name, id), (SELECT count(*) FROM lms.users"
+        " WHERE client_id = 'acme') FROM (SELECT email, full_name, id FROM lms.users"
+        " WHERE client_id = 'acme' ORDER BY full_name, id LIMIT 10) first_page"
+    )
+    assert emails == with_db[0]
+    assert _value(page, "table-users-list-summary", "total") == str(with_db[1])
+    user_id = page.get_by_test_id("user-id").input_value()
+    email = stack.demo_one("SELECT email FROM lms.users WHERE id = %s", int(user_id))[0]
+    assert _value(page, "table-users-detail-summary", "email") == email
+    assert _value(page, "table-lv-learner-learner", "email") == email
+    assert _value(page, "table-skills-profile-user", "id") == user_id
+
+    # learnerviews: one row per acme branch.
+    branches = sorted(_cells(page, "table-lv-branches-rows", "branch_id"))
+    assert branches == ["acme-east", "acme-north", "acme-south", "acme-west"]
+    expect(page.get_by_test_id("table-lv-courses-rows")).to_have_attribute("data-rows", "10")
+
+    # accounting: acme's invoices, newest first, and the matching total.
+    numbers = _cells(page, "table-acc-invoices-rows", "number")
+    assert len(numbers) == 10 and all(n.startswith("INV-ACM-") for n in numbers), numbers
+    newest, invoices = stack.demo_one(
+        "SELECT (SELECT number FROM lms.invoices WHERE client_id = 'acme'"
+        " ORDER BY issued_at DESC, id DESC LIMIT 1), count(*) FROM lms.invoices"
+        " WHERE client_id = 'acme'"
+    )
+    assert numbers[0] == newest
+    assert _value(page, "table-acc-invoices-summary", "total") == str(invoices)
+    assert _value(page, "table-acc-invoice-invoice", "number") == newest
+
+    # skills: every acme skill for every acme branch.
+    skills = stack.demo_one("SELECT count(*) FROM lms.skills WHERE client_id = 'acme'")[0]
+    expect(page.get_by_test_id("table-skills-coverage-rows")).to_have_attribute(
+        "data-rows", str(4 * skills)
+    )
+    screenshot("01-panels")
+
+    # The same list again is a worker cache hit.
+    page.get_by_test_id("run-users-list").click()
+    expect(page.get_by_test_id("cache-users-list")).to_have_attribute("data-value", "hit")
+
+    # The token survives a reload without ?token= (localStorage).
+    _open(page, "/")
+    expect(page.get_by_test_id("token")).to_have_value(stack.token)
+
+
+def test_burst_of_50_identical_queries_is_one_execution(
+    page: Page, stack: Stack, screenshot: Any
+) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    page.get_by_test_id("burst-ms").fill("1234")
+    page.get_by_test_id("burst-run").click()
+    result = page.get_by_test_id("burst-result")
+    expect(result).to_have_attribute("data-state", "done")
+    expect(result).to_have_text("50 answers, 1 execution")
+    expect(result).to_have_attribute("data-answers", "50")
+    expect(result).to_have_attribute("data-executions", "1")
+    expect(result).to_have_attribute("data-coalesced", "49")
+    expect(page.get_by_test_id("slot-burst")).to_have_attribute("data-state", "done")
+    screenshot("02-burst")
+
+    job_id = result.get_attribute("data-job-ids")
+    assert job_id
+    rows, status = stack.queue_one(
+        "SELECT count(*), min(status) FROM maestro_queues"
+        " WHERE dedupe_key = (SELECT dedupe_key FROM maestro_queues WHERE id = %s)",
+        job_id,
+    )
+    assert (rows, status) == (1, "done")
+
+
+def test_invoice_pdf_downloads_as_a_pdf(page: Page, stack: Stack) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    page.get_by_test_id("run-acc-invoices").click()
+    expect(page.get_by_test_id("slot-acc-invoices")).to_have_attribute("data-state", "done")
+    number = _cells(page, "table-acc-invoices-rows", "number")[0]
+    button = page.get_by_test_id("invoice-pdf")
+    expect(button).to_be_enabled()
+    with page.expect_download() as info:
+        button.click()
+    download = info.value
+    assert download.suggested_filename == f"invoice-{number}.pdf"
+    data = Path(download.path()).read_bytes()
+    assert data.startswith(b"%PDF")
+    text = "".join(p.extract_text() for p in PdfReader(io.BytesIO(data)).pages)
+    assert f"Invoice {number}" in text
+    expect(page.get_by_test_id("pdf-info")).to_contain_text(f"{len(data)} bytes, application/pdf")
+    expect(page.get_by_test_id("cache-acc-pdf")).to_have_attribute("data-value", "bypass")
+
+
+def test_an_aborted_query_stops_cleanly(page: Page, stack: Stack) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    log = _record_requests(page)
+    outcome = page.evaluate("() => dataplaneDemo.abortAt('probe', 'sleep', {ms: 2000}, 'queued')")
+    assert outcome["outcome"] == "rejected" and outcome["name"] == "AbortError", outcome
+    assert outcome["events"] == ["queued"] and outcome["openStreams"] == 0, outcome
+    # The job itself runs on (a browser giving up never kills work); the page asks nothing
+    # more about it (no stream reconnect, no poll, no blob), well past the job's end.
+    page.wait_for_timeout(3500)
+    assert _kinds(log, outcome["jobId"]) == ["stream"], log
+    assert stack.queue_one("SELECT status FROM maestro_queues WHERE id = %s", outcome["jobId"]) == (
+        "done",
+    )
+
+    # The same through the page's buttons.
+    page.get_by_test_id("abort-ms").fill("3000")
+    page.get_by_test_id("abort-start").click()
+    expect(page.get_by_test_id("status-abort")).to_contain_text("queued")
+    page.get_by_test_id("abort-stop").click()
+    expect(page.get_by_test_id("abort-output")).to_have_text(
+        re.compile(r"^AbortError: .+ · open streams: 0$")
+    )
+    expect(page.get_by_test_id("slot-abort")).to_have_attribute("data-state", "error")
+    expect(page.get_by_test_id("status-abort")).to_contain_text("aborted")
+
+
+def test_stream_timeout_falls_back_to_polling(page: Page, stack: Stack) -> None:
+    _open(page, stack.page_url(stack.short_deadline_base))
+    started = time.monotonic()
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 2500})")
+    assert answer["ok"], answer
+    assert answer["result"] == {"slept_ms": 2500}
+    assert time.monotonic() - started < 15
+    names = [name for name, _ in answer["events"]]
+    data = dict(answer["events"])
+    assert names[:2] == ["queued", "error"] and data["error"]["code"] == "TIMEOUT", names
+    polls = [d["httpStatus"] for name, d in answer["events"] if name == "poll"]
+    assert polls[-1] == 200 and 202 in polls and names[-1] == "done", answer["events"]
+    assert data["done"]["result"] == {"slept_ms": 2500}
+
+    # Aborting while polling stops the polling.
+    log = _record_requests(page)
+    outcome = page.evaluate("() => dataplaneDemo.abortAt('probe', 'sleep', {ms: 4000}, 'poll')")
+    assert outcome["outcome"] == "rejected" and outcome["name"] == "AbortError", outcome
+    assert outcome["events"] == ["queued", "error", "poll"], outcome
+    page.wait_for_timeout(3000)  # polls came every second before the abort
+    assert _kinds(log, outcome["jobId"]) == ["stream", "poll"], log
+
+
+def test_a_stream_that_cannot_connect_falls_back_to_polling(page: Page, stack: Stack) -> None:
+    _open(page, stack.page_url())
+    page.route(re.compile(r"/stream\?"), lambda route: route.abort())
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 600})")
+    assert answer["ok"] and answer["result"] == {"slept_ms": 600}, answer
+    names = [name for name, _ in answer["events"]]
+    assert "queued" not in names and "error" not in names, names
+    assert names[-2:] == ["poll", "done"] and answer["events"][-2][1]["httpStatus"] == 200
+
+
+def test_a_parked_job_is_a_typed_poison_error(page: Page, stack: Stack) -> None:
+    _open(page, stack.page_url())
+    answer = page.evaluate(
+        "() => dataplaneDemo.query('probe', 'fail', {times: 5, nonce: 'browser-poison'})"
+    )
+    assert not answer["ok"], answer
+    assert (answer["name"], answer["status"], answer["code"]) == ("DataPlaneError", 500, "POISON")
+    assert "failed 2 time(s)" in answer["message"] and answer["jobId"], answer
+    name, data = answer["events"][-1]
+    assert name == "error" and data["code"] == "POISON", answer["events"]
+    assert stack.queue_one("SELECT status FROM maestro_queues WHERE id = %s", answer["jobId"]) == (
+        "poison",
+    )
+
+
+def test_error_paths_are_typed_errors_on_the_page(
+    page: Page, stack: Stack, screenshot: Any
+) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    out = page.get_by_test_id("error-output")
+    cases = {
+        # case: (status, code, part of the message, after enqueue?)
+        "bad-token": ("401", "UNAUTHORIZED", "", False),
+        "unknown-op": ("404", "NOT_FOUND", "unknown operation 'noSuchOperation'", False),
+        "bad-params": ("400", "BAD_REQUEST", "limit", False),
+        "reject-400": ("400", "BAD_REQUEST", "the probe rejects this (400)", True),
+        "reject-404": ("404", "NOT_FOUND", "the probe found nothing (404)", True),
+    }
+    for case, (status, code, message, enqueued) in cases.items():
+        page.get_by_test_id(f"err-{case}").click()
+        expect(out).to_have_attribute("data-case", case)
+        expect(out).to_be_visible()
+        expect(out).to_have_attribute("data-name", "DataPlaneError")
+        expect(out).to_have_attribute("data-status", status)
+        expect(out).to_have_attribute("data-code", code)
+        expect(page.get_by_test_id("error-message")).to_contain_text(message)
+        job = page.get_by_test_id("error-job")
+        if enqueued:
+            expect(job).not_to_have_text("—")
+        else:
+            expect(job).to_have_text("—")
+        expect(page.get_by_test_id("slot-probe")).to_have_attribute("data-state", "error")
+        expect(page.get_by_test_id("error-probe")).to_contain_text(f"{status} {code}")
+    screenshot("03-errors")
