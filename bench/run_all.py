@@ -1,0 +1,286 @@
+"""Run every benchmark, one after another, and write ``bench/RESULTS.md``.
+
+    python bench/run_all.py [--soak-minutes 10] [--quick] [--only queue,e2e]
+
+Each benchmark runs as its own process (so none shares a CPU with another),
+brings up its own embedded Postgres unless ``MAESTRO_QUEUES_URL`` is set, and
+writes ``bench/results/<name>.json``; this script then renders every figure of
+DESIGN.md's table with its target, the machine, the configuration and the date,
+the ratios to the bare Hypercorn + Quart-Trio hello-world rate measured in the
+same run, and the scaling figures. A benchmark that fails or times out is
+reported as such, and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+REPORT = BENCH / "RESULTS.md"
+LIMIT_S = 600  # one benchmark may take this long at most
+
+
+def benchmarks(soak_minutes: float, quick: bool) -> list[tuple[str, list[str]]]:
+    q = ["--quick"] if quick else []
+    return [
+        ("queue", []),
+        ("worker", []),
+        ("e2e", ["--quick"] if quick else []),
+        ("coalesce", []),
+        ("tracing", q),
+        ("scaling", q),
+        ("soak", ["--minutes", str(1 if quick else soak_minutes)]),
+    ]
+
+
+def run(name: str, args: list[str]) -> dict[str, Any]:
+    started = time.monotonic()
+    print(f"== {name} {' '.join(args)}", flush=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(BENCH / f"{name}.py"), *args],
+            timeout=LIMIT_S + (60 * 12 if name == "soak" else 0),
+            check=False,
+        )
+        status = "ok" if done.returncode == 0 else f"exit {done.returncode}"
+    except subprocess.TimeoutExpired:
+        status = "timed out"
+    return {"name": name, "status": status, "seconds": round(time.monotonic() - started, 1)}
+
+
+def load(name: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        value = f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+    elif isinstance(value, int):
+        value = f"{value:,}"
+    return f"{value}{unit}"
+
+
+def _check(value: Any, ok: Callable[[Any], bool]) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if ok(value) else "**missed**"
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    r = {
+        name: load(name)
+        for name in ("queue", "worker", "e2e", "coalesce", "tracing", "scaling", "soak")
+    }
+    q, w, e, c, t, s, soak = (
+        r["queue"],
+        r["worker"],
+        r["e2e"],
+        r["coalesce"],
+        r["tracing"],
+        r["scaling"],
+        r["soak"],
+    )
+    hello = e.get("hello_rps") or s.get("hello_rps")
+    machine = next((d["machine"] for d in r.values() if d.get("machine")), {})
+    rows: list[tuple[str, str, str, str, str]] = [
+        (
+            "enqueue → 202 (POST), p50",
+            "≤ 3 ms",
+            _fmt(e.get("post_p50_ms"), " ms"),
+            _check(e.get("post_p50_ms"), lambda v: v <= 3),
+            "e2e",
+        ),
+        (
+            "queue wait at idle (enqueue commit → claim), p50 / p99",
+            "≤ 1.5 / ≤ 8 ms",
+            f"{_fmt(q.get('wake_p50_ms'))} / {_fmt(q.get('wake_p99_ms'))} ms",
+            _check(
+                (q.get("wake_p50_ms"), q.get("wake_p99_ms")) if q else None,
+                lambda v: v[0] <= 1.5 and v[1] <= 8,
+            ),
+            "queue",
+        ),
+        (
+            "drain, no-op jobs, one process, queue level",
+            "≥ 5,000 jobs/s",
+            _fmt(q.get("drain_jobs_per_s"), " jobs/s"),
+            _check(q.get("drain_jobs_per_s"), lambda v: v >= 5000),
+            "queue",
+        ),
+        (
+            "drain through a real `dataplane worker` (`probe.echo`)",
+            "≥ 3,500 jobs/s",
+            _fmt(w.get("drain_jobs_per_s"), " jobs/s"),
+            _check(w.get("drain_jobs_per_s"), lambda v: v >= 3500),
+            "worker",
+        ),
+        (
+            "end to end, `probe.echo`, POST → SSE done, p50 / p99",
+            "≤ 10 / ≤ 30 ms",
+            f"{_fmt(e.get('e2e_p50_ms'))} / {_fmt(e.get('e2e_p99_ms'))} ms",
+            _check(
+                (e.get("e2e_p50_ms"), e.get("e2e_p99_ms")) if e else None,
+                lambda v: v[0] <= 10 and v[1] <= 30,
+            ),
+            "e2e",
+        ),
+        (
+            "identical concurrent requests",
+            "500 at once → 1 execution, 500 answered",
+            (
+                f"{c.get('requests')} at once → {c.get('executions')} execution(s), "
+                f"{c.get('done_answers')} answered"
+                if c
+                else "—"
+            ),
+            _check(c.get("met") if c else None, bool),
+            "coalesce",
+        ),
+        (
+            "open SSE streams per BFF process",
+            "5,000 waiting, RSS ≤ 400 MB, answered ≤ 5 s after their jobs",
+            (
+                f"{_fmt(e.get('sse_streams'))} waiting, RSS {_fmt(e.get('sse_rss_mb'))} MB, "
+                f"answered in {_fmt(e.get('sse_deliver_s'))} s"
+                if e
+                else "—"
+            ),
+            _check(
+                (e.get("sse_streams"), e.get("sse_rss_mb"), e.get("sse_deliver_s")) if e else None,
+                lambda v: v[0] >= 5000 and v[1] <= 400 and v[2] <= 5,
+            ),
+            "e2e",
+        ),
+        (
+            "idle worker CPU",
+            "≤ 1 % of a core",
+            _fmt(w.get("idle_cpu_percent"), " %"),
+            _check(w.get("idle_cpu_percent"), lambda v: v <= 1),
+            "worker",
+        ),
+        (
+            "tracing overhead at p50 (OTLP endpoint vs none)",
+            "≤ 10 %",
+            _fmt(t.get("tracing_overhead_p50_pct"), " %"),
+            _check(t.get("tracing_overhead_p50_pct"), lambda v: v <= 10),
+            "tracing",
+        ),
+    ]
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `python bench/run_all.py`; every figure comes from the JSON the named",
+        "benchmark wrote to `bench/results/` in this run. The machines are shared and noisy:",
+        "each JSON records the load around its run.",
+        "",
+        f"- Date: {next((d['date'] for d in r.values() if d.get('date')), '?')}",
+        f"- Machine: {machine.get('nproc', '?')} cores, {machine.get('cpu_model', '?')}, "
+        f"{machine.get('memory', '?')}, Python {machine.get('python', '?')}, "
+        f"PostgreSQL {machine.get('postgres', '?')}",
+        "- Configuration: each benchmark's own embedded Postgres with durable defaults "
+        "(fsync on, synchronous_commit on) unless MAESTRO_QUEUES_URL was set; one BFF "
+        "process and one worker process unless a row says otherwise.",
+        "",
+        "| figure | target | measured | verdict | source |",
+        "|---|---|---|---|---|",
+        *(f"| {a} | {b} | {c_} | {d} | `bench/{src}.py` |" for a, b, c_, d, src in rows),
+        "",
+        "## Against the bare server",
+        "",
+        f"Hello-world rate of the same Hypercorn + Quart-Trio on this machine, same run: "
+        f"{_fmt(hello, ' req/s')}.",
+        "",
+    ]
+    if hello:
+        e2e_rps = e.get("e2e_rps")
+        lines += [
+            f"- end-to-end (POST + SSE done, 32 clients): {_fmt(e2e_rps, ' req/s')}"
+            + (f" = {e2e_rps / hello:.1%} of hello-world" if e2e_rps else ""),
+        ]
+        for point in s.get("scaling", []):
+            rps = point.get("rps")
+            if rps:
+                label = (
+                    point.get("label") or f"{point.get('bffs')} BFF / {point.get('workers')} worker"
+                )
+                lines.append(f"- {label}: {_fmt(rps, ' req/s')} = {rps / hello:.1%} of hello-world")
+        lines.append("")
+    if s.get("scaling"):
+        lines += [
+            "## Scaling (end to end, 32 clients)",
+            "",
+            "| BFFs | workers | req/s | p50 ms |",
+            "|---|---|---|---|",
+            *(
+                f"| {p.get('bffs')} | {p.get('workers')} | {_fmt(p.get('rps'))} | "
+                f"{_fmt(p.get('p50_ms'))} |"
+                for p in s["scaling"]
+            ),
+            "",
+            "The machine has 2 cores: past two processes the figures measure contention.",
+            "",
+        ]
+    if w.get("operations"):
+        lines += [
+            "## Execution time per demo operation (seeded data)",
+            "",
+            "| operation | p50 ms | p99 ms |",
+            "|---|---|---|",
+            *(
+                f"| {op} | {_fmt(v.get('p50_ms'))} | {_fmt(v.get('p99_ms'))} |"
+                for op, v in w["operations"].items()
+            ),
+            "",
+        ]
+    if soak:
+        lines += [
+            "## Soak",
+            "",
+            f"```\n{json.dumps(soak.get('summary', soak.get('verdict', {})), indent=2)}\n```",
+            "",
+        ]
+    lines += [
+        "## Runs",
+        "",
+        "| benchmark | status | seconds |",
+        "|---|---|---|",
+        *(f"| {x['name']} | {x['status']} | {x['seconds']} |" for x in runs),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--soak-minutes", type=float, default=10)
+    parser.add_argument("--quick", action="store_true", help="shortened runs (smoke test)")
+    parser.add_argument("--only", help="comma-separated benchmark names")
+    parser.add_argument("--render-only", action="store_true", help="rewrite RESULTS.md only")
+    args = parser.parse_args(argv)
+    runs: list[dict[str, Any]] = []
+    if not args.render_only:
+        wanted = set(args.only.split(",")) if args.only else None
+        for name, extra in benchmarks(args.soak_minutes, args.quick):
+            if wanted is None or name in wanted:
+                runs.append(run(name, extra))
+    REPORT.write_text(render(runs))
+    print(f"wrote {REPORT}")
+    return 0 if all(x["status"] == "ok" for x in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
