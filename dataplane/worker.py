@@ -61,7 +61,7 @@ from dataplane.queue import (
 )
 from dataplane.reaper import REAP_INTERVAL_SECONDS, RetentionConfig, reap_once
 from telemetry.metrics import instruments
-from telemetry.tracing import context_from, current_traceparent, links_to, messaging, tracer
+from telemetry.tracing import context_from, links_to, messaging, tracer
 
 log = logging.getLogger(__name__)
 
@@ -492,7 +492,6 @@ class Worker:
         traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
         first = job.dequeue_count == 1
         envelope_ctx = context_from(traceparent)
-        _wait_span(job, envelope_ctx)
         attrs = messaging(
             "process",
             job.type,
@@ -565,12 +564,12 @@ class Worker:
                     client_db=self.client_db,
                 )
                 value, coalesced, leader = await self.single_flight.run_with_meta(
-                    job.dedupe_key, lambda: _call_handler(op, ctx), current_traceparent()
+                    job.dedupe_key, lambda: _call_handler(op, ctx), span.get_span_context()
                 )
                 if coalesced:
                     self._counters.coalesced += 1
-                    for link in links_to(leader):  # to the execution that answered us
-                        span.add_link(link.context, {"dataplane.link": "single_flight"})
+                    if leader is not None and leader.is_valid:  # the execution that answered
+                        span.add_link(leader, {"dataplane.link": "single_flight"})
                 if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
                     self.cache.put(
                         job.dedupe_key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params)
@@ -672,19 +671,6 @@ async def _call_handler(op: Operation, ctx: OperationContext) -> Any:
         f"{op.name} handler", attributes={"dataplane.operation": op.name}
     ):
         return await op.handler(ctx)
-
-
-def _wait_span(job: ClaimedJob, parent: Any) -> None:
-    """Queue wait as a span of its own, enqueue to claim, in the request's trace."""
-    if parent is None or job.dequeue_count != 1:
-        return
-    span = tracer().start_span(
-        f"wait {job.type}",
-        context=parent,
-        start_time=int(job.created_at.timestamp() * 1e9),
-        attributes=messaging("receive", job.type, str(job.id), queue_wait_ms=job.queue_wait_ms),
-    )
-    span.end(end_time=int(job.claimed_at.timestamp() * 1e9))
 
 
 def _merge_json(head: Mapping[str, Any], data_json: str) -> str:

@@ -3,7 +3,8 @@
 One trace per request: the BFF's server span -> ``send <type>`` (producer, whose
 context is stored in the envelope's ``traceparent``) -> the worker's
 ``process <type>`` (consumer; child of that context on the first attempt, linked
-to it on retries) -> handler and SQL spans -> ``complete <type>`` -> the BFF's
+to it on retries; the queue wait is its ``dataplane.queue_wait_ms`` attribute) ->
+handler and SQL spans -> ``complete <type>`` -> the BFF's
 ``notify <type>`` and the stream's ``done`` span, both parented on the envelope's
 context. Attributes follow the OpenTelemetry messaging conventions plus
 ``dataplane.*``.
