@@ -133,12 +133,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start_plane() -> None:
-        if not logging.getLogger().handlers:  # Hypercorn configures only its own loggers
-            logging.basicConfig(
-                level=logging.INFO,
-                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                stream=sys.stderr,
-            )
+        _log_to_stderr("dataplane", "telemetry")  # Hypercorn configures only its own
         if "telemetry" not in state:
             state["telemetry"] = setup_telemetry("dataplane-bff")
         settings = Settings.from_env()
@@ -407,6 +402,20 @@ async def _static_file(name: str) -> Response:
     resp.headers["Content-Type"] = STATIC_TYPES[path.suffix]
     resp.headers["Cache-Control"] = "no-cache"
     return resp
+
+
+def _log_to_stderr(*names: str) -> None:
+    """Our loggers to stderr at INFO, without touching Hypercorn's (no double lines)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            )
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
 
 
 def _body_unread() -> bool:

@@ -13,6 +13,7 @@ context. Attributes follow the OpenTelemetry messaging conventions plus
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -24,7 +25,9 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 MESSAGING_SYSTEM = "postgresql"
 
 
+@cache
 def tracer() -> Tracer:
+    """The data plane's tracer (a proxy until a provider is set; it follows it then)."""
     return trace.get_tracer("dataplane")
 
 

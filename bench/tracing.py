@@ -1,0 +1,747 @@
+"""Tracing overhead: the end-to-end path with and without an OTLP exporter.
+
+Run from the repository root::
+
+    python bench/tracing.py            # own embedded Postgres (temp dir), durable defaults
+    MAESTRO_QUEUES_URL=... python bench/tracing.py   # scratch db dataplane_tracing_<pid> there
+    python bench/tracing.py --quick    # smoke run (~30 s)
+
+On ONE Postgres server, rounds alternate between two variants (a, b, a, b, ...):
+
+* **a** -- no ``OTEL_*`` variable at all: the BFF and the worker run with the
+  OpenTelemetry API's no-op providers (the default deployment without a collector);
+* **b** -- ``OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:<port>`` for the BFF and
+  the worker (http/protobuf, every other OTLP/BSP setting at the SDK's default),
+  pointing at a real OTLP/HTTP receiver this bench runs in a separate process
+  (Quart-Trio on Hypercorn, ``python bench/tracing.py --otlp-receiver PORT``): it
+  decodes every ``ExportTraceServiceRequest`` / ``ExportMetricsServiceRequest`` and
+  counts spans per service and per name. Setting the endpoint also turns on OTLP
+  metrics (``telemetry/otel.py``), so b is "telemetry on", traces and metrics.
+
+Each round starts a fresh BFF (``python -m hypercorn -k trio ... dataplane.app:app``)
+and ``dataplane worker`` (``surface-probe``, ``DATAPLANE_PROBE=1``) with the round's
+environment on an emptied queue table, then measures, like ``bench/e2e.py``:
+
+1. idle: sequential ``probe.echo`` POST -> GET ``streamUrl`` -> ``event: done`` on one
+   keep-alive connection (raw Trio socket client), after a warm-up;
+2. load: 32 closed-loop clients running the same loop -> e2e requests per second.
+
+It then stops the BFF and the worker (their shutdown flushes the span queue) and
+reads how many spans the receiver got in the round. Figures of each variant are
+pooled over its rounds; overhead = b against a, at the idle p50 and on throughput
+(target: at most 10 % at p50). The receiver shares the host's two cores with the
+stack, so its CPU is part of b's cost here (a collector would usually run elsewhere);
+it is reported per round.
+
+Prints a table and writes ``bench/results/tracing.json``. Every process started here
+is stopped on exit, also on error, Ctrl-C and SIGTERM; the whole run is bounded
+(under five minutes).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+# Run as ``python bench/tracing.py``, this directory is sys.path[0] and its queue.py
+# would shadow the standard library's ``queue``: swap it for the repository root.
+_BENCH_DIR = Path(__file__).resolve().parent
+for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
+    sys.path.remove(_entry)
+sys.path.insert(0, str(_BENCH_DIR.parent))
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import httpx
+import trio
+
+from bench._common import (
+    RESULTS_DIR,
+    Server,
+    format_table,
+    machine_info,
+    now_iso,
+    scratch_server,
+    server_settings,
+    summary_ms,
+)
+from bench.e2e import (
+    HOST,
+    QUEUE_TYPE,
+    Child,
+    Children,
+    CpuMeter,
+    E2eSample,
+    _children_of,
+    _closed_loop,
+    _postmaster_pid,
+    _serving_child,
+    _wait_http,
+    auth_headers,
+    base_env,
+    children_scope,
+    cpu_ms_per_op,
+    db,
+    e2e_once,
+    hypercorn_argv,
+    migrate_schema,
+    open_sessions,
+    raise_own_nofile,
+)
+from bench.e2e import Plan as E2ePlan
+from dataplane.embedded import free_port
+
+TOTAL_BUDGET_S = 250.0  # the whole trio part; server start/stop comes on top
+TARGET_P50_OVERHEAD_PCT = 10.0
+CLIENT = "raw"
+NOISY_PCT = 20.0  # CPU of processes not of this run above which a round is skewed
+
+
+@dataclass(frozen=True)
+class Plan:
+    pairs: int = 4  # rounds a, b repeated this many times
+    warmup_round: bool = True  # one short, discarded round first (cold caches, .pyc)
+    idle_warmup: int = 30
+    idle_requests: int = 300  # per round: each variant gets pairs * this
+    load_clients: int = 32
+    load_warmup_s: float = 1.0
+    load_seconds: float = 10.0  # per round: each variant gets pairs * this
+    flush_wait_s: float = 10.0  # b: wait at most this for the receiver to settle
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            pairs=2,
+            warmup_round=False,
+            idle_warmup=5,
+            idle_requests=60,
+            load_warmup_s=0.5,
+            load_seconds=2.0,
+            flush_wait_s=5.0,
+        )
+
+
+# -- the OTLP/HTTP receiver (its own process) -----------------------------------
+
+
+def receiver_main(port: int) -> None:
+    """``--otlp-receiver PORT``: decode OTLP/HTTP protobuf exports, count them, serve /stats."""
+    import gzip
+    from collections import Counter
+
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from quart import request
+    from quart_trio import QuartTrio
+
+    app = QuartTrio("otlp-receiver")
+    app.config["MAX_CONTENT_LENGTH"] = 64 * 1024 * 1024
+    stats: dict[str, Any] = {
+        "trace_requests": 0,
+        "metric_requests": 0,
+        "bytes": 0,
+        "spans": 0,
+        "metric_points": 0,
+        "decode_errors": 0,
+    }
+    by_service: Counter[str] = Counter()
+    by_name: Counter[str] = Counter()
+
+    async def body() -> bytes:
+        data = await request.get_data()
+        assert isinstance(data, bytes)
+        stats["bytes"] += len(data)
+        if request.headers.get("Content-Encoding", "").lower() == "gzip":
+            data = gzip.decompress(data)
+        return data
+
+    @app.post("/v1/traces")
+    async def traces() -> tuple[bytes, int, dict[str, str]]:
+        stats["trace_requests"] += 1
+        msg = ExportTraceServiceRequest()
+        try:
+            msg.ParseFromString(await body())
+        except Exception:
+            stats["decode_errors"] += 1
+            return b"", 400, {}
+        for rs in msg.resource_spans:
+            service = next(
+                (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"),
+                "?",
+            )
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    stats["spans"] += 1
+                    by_service[service] += 1
+                    by_name[span.name] += 1
+        # An empty ExportTraceServiceResponse (full success).
+        return b"", 200, {"Content-Type": "application/x-protobuf"}
+
+    @app.post("/v1/metrics")
+    async def metrics() -> tuple[bytes, int, dict[str, str]]:
+        stats["metric_requests"] += 1
+        msg = ExportMetricsServiceRequest()
+        try:
+            msg.ParseFromString(await body())
+        except Exception:
+            stats["decode_errors"] += 1
+            return b"", 400, {}
+        for rm in msg.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    kind = m.WhichOneof("data")
+                    if kind is not None:
+                        stats["metric_points"] += len(getattr(m, kind).data_points)
+        return b"", 200, {"Content-Type": "application/x-protobuf"}
+
+    @app.get("/stats")
+    async def get_stats() -> dict[str, Any]:
+        return {**stats, "by_service": dict(by_service), "by_name": dict(by_name)}
+
+    config = Config()
+    config.bind = [f"{HOST}:{port}"]
+    config.accesslog = None
+    trio.run(serve, app, config)
+
+
+async def receiver_stats(port: int) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        resp = await client.get(f"http://{HOST}:{port}/stats")
+        resp.raise_for_status()
+        return dict(resp.json())
+
+
+def stats_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        if isinstance(value, dict):
+            prev = before.get(key, {})
+            diff = {k: v - prev.get(k, 0) for k, v in value.items()}
+            out[key] = {k: v for k, v in sorted(diff.items()) if v}
+        else:
+            out[key] = value - before.get(key, 0)
+    return out
+
+
+# -- processes ------------------------------------------------------------------
+
+
+@dataclass
+class Bff:
+    child: Child
+    port: int
+    serving: int  # Hypercorn's spawned serving process
+
+
+async def start_bff(kids: Children, env: Mapping[str, str], name: str) -> Bff:
+    port = free_port()
+    child = kids.start(name, hypercorn_argv(port, "dataplane.app:app"), env)
+    await _wait_http(child, f"http://{HOST}:{port}/readyz")
+    serving = _serving_child(child.pid)
+    child.extra_pids.append(serving)
+    return Bff(child, port, serving)
+
+
+async def start_worker(
+    kids: Children, env: Mapping[str, str], name: str, within: float = 30.0
+) -> Child:
+    child = kids.start(
+        name,
+        [sys.executable, "-m", "dataplane", "worker"],
+        {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE},
+    )
+    with trio.fail_after(within):
+        while " serving " not in child.output():
+            if not child.alive():
+                raise RuntimeError(f"{name} exited early:\n{child.output()}")
+            await trio.sleep(0.02)
+    return child
+
+
+async def stop_children(children: Sequence[Child]) -> dict[str, int | None]:
+    """Stop them all at once (SIGTERM, then SIGKILL after a grace); name -> exit code."""
+    codes: dict[str, int | None] = {}
+
+    async def stop(child: Child) -> None:
+        codes[child.name] = await trio.to_thread.run_sync(child.stop, 15.0)
+
+    async with trio.open_nursery() as nursery:
+        for child in children:
+            nursery.start_soon(stop, child)
+    return codes
+
+
+_PROBLEM = re.compile(r"Traceback|\b(ERROR|CRITICAL|WARNING)\b|Exception")
+
+
+def log_problems(child: Child) -> dict[str, Any] | None:
+    """Lines of a child's log that look like trouble (count and the first few)."""
+    hits = [line for line in child.output().splitlines() if _PROBLEM.search(line)]
+    if not hits:
+        return None
+    return {"lines": len(hits), "first": [h[:300] for h in hits[:4]], "log": str(child.log_path)}
+
+
+async def empty_queue(dsn: str) -> None:
+    """The same starting state for every round (no process of the stack is up)."""
+    await db(dsn, "TRUNCATE maestro_queues, surface_result_blobs, worker_runs")
+    await db(dsn, "VACUUM ANALYZE maestro_queues")
+
+
+# -- one round --------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    server: Server
+    kids: Children
+    plan: Plan
+    env_a: dict[str, str]
+    env_b: dict[str, str]
+    receiver_port: int
+    receiver_pids: list[int]
+    pg_pid: int | None
+
+    def postgres_pids(self) -> list[int]:
+        return [] if self.pg_pid is None else [self.pg_pid, *_children_of(self.pg_pid)]
+
+
+async def measure_idle(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[str, Any]:
+    headers = auth_headers()
+    samples: list[E2eSample] = []
+    async with open_sessions(CLIENT, bff.port, 2) as new_session:
+        session = new_session()
+        with trio.fail_after(30 + plan.idle_requests * 0.2):
+            for i in range(plan.idle_warmup):
+                await e2e_once(session, headers, f"{tag}-w{i}")
+            cpu0 = meter.snapshot()
+            for i in range(plan.idle_requests):
+                samples.append(await e2e_once(session, headers, f"{tag}-{i}"))
+            cpu = meter.since(cpu0)
+    ok = [s.latency for s in samples if not s.error]
+    return {
+        "requests": len(samples),
+        "errors": [s.error for s in samples if s.error][:5],
+        "error_count": len(samples) - len(ok),
+        "latencies_s": ok,
+        "e2e_ms": summary_ms(ok),
+        "cpu": cpu,
+        "cpu_ms_per_e2e": cpu_ms_per_op(cpu, len(ok)),
+        "issued": plan.idle_warmup + len(samples),
+    }
+
+
+async def measure_load(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[str, Any]:
+    headers = auth_headers()
+    cur = {"tag": f"{tag}-lw"}
+
+    async def one(session: Any, k: int, i: int) -> str | None:
+        return (await e2e_once(session, headers, f"{cur['tag']}-{k}-{i}")).error
+
+    async with open_sessions(CLIENT, bff.port, plan.load_clients * 2) as new_session:
+        wlat, werr, _ = await _closed_loop(plan.load_warmup_s, plan.load_clients, new_session, one)
+        cur["tag"] = f"{tag}-l"
+        cpu0 = meter.snapshot()
+        lat, errors, elapsed = await _closed_loop(
+            plan.load_seconds, plan.load_clients, new_session, one
+        )
+        cpu = meter.since(cpu0)
+    return {
+        "clients": plan.load_clients,
+        "seconds": round(elapsed, 3),
+        "completed": len(lat),
+        "error_count": len(errors),
+        "errors": errors[:5],
+        "e2e_rps": round(len(lat) / elapsed, 1),
+        "latencies_s": lat,
+        "e2e_ms": summary_ms(lat),
+        "cpu": cpu,
+        "cpu_ms_per_e2e": cpu_ms_per_op(cpu, len(lat)),
+        "issued": len(wlat) + len(werr) + len(lat) + len(errors),
+    }
+
+
+async def run_round(ctx: Ctx, plan: Plan, variant: str, name: str, run: str) -> dict[str, Any]:
+    env = ctx.env_a if variant == "a" else ctx.env_b
+    await empty_queue(ctx.server.dsn)
+    before = await receiver_stats(ctx.receiver_port)
+    t0 = time.perf_counter()
+    bff = await start_bff(ctx.kids, env, f"bff-{name}")
+    worker = await start_worker(ctx.kids, env, f"worker-{name}")
+    started_s = time.perf_counter() - t0
+    meter = CpuMeter(
+        {
+            "bff": lambda: [bff.serving],
+            "worker": lambda: [worker.pid] if worker.alive() else [],
+            "postgres": ctx.postgres_pids,
+            "otlp_receiver": lambda: ctx.receiver_pids,
+        }
+    )
+    tag = f"{run}-{name}"
+    idle = await measure_idle(plan, bff, meter, tag + "i")
+    load = await measure_load(plan, bff, meter, tag)
+    exit_codes = await stop_children([worker, bff.child])
+    # Their shutdown flushed the span queues; let the receiver finish what is in flight.
+    after = await receiver_stats(ctx.receiver_port)
+    deadline = time.perf_counter() + plan.flush_wait_s
+    while time.perf_counter() < deadline:
+        await trio.sleep(0.3)
+        again = await receiver_stats(ctx.receiver_port)
+        if again["spans"] == after["spans"] and again["trace_requests"] == after["trace_requests"]:
+            break
+        after = again
+    received = stats_delta(before, after)
+    issued = idle.pop("issued") + load.pop("issued")
+    problems = {c.name: p for c in (bff.child, worker) if (p := log_problems(c))}
+    return {
+        "variant": variant,
+        "round": name,
+        "start_s": round(started_s, 3),
+        "idle": idle,
+        "load": load,
+        "e2e_issued": issued,
+        "received": received,
+        "spans_per_e2e": round(received["spans"] / issued, 2) if issued else None,
+        "exit_codes": exit_codes,
+        "log_problems": problems,
+    }
+
+
+# -- orchestration ----------------------------------------------------------------
+
+
+async def bench(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    run = uuid.uuid4().hex[:8]
+    rounds: list[dict[str, Any]] = []
+    warm: dict[str, Any] | None = None
+    with trio.fail_after(TOTAL_BUDGET_S):
+        receiver = ctx.kids.start(
+            "otlp-receiver",
+            [
+                sys.executable,
+                str(_BENCH_DIR / "tracing.py"),
+                "--otlp-receiver",
+                str(ctx.receiver_port),
+            ],
+            {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        )
+        await _wait_http(receiver, f"http://{HOST}:{ctx.receiver_port}/stats")
+        ctx.receiver_pids.append(receiver.pid)
+        if ctx.plan.warmup_round:
+            short = replace(ctx.plan, idle_requests=50, load_seconds=3.0)
+            warm = await run_round(ctx, short, "b", "warm-up", run)
+            for phase in ("idle", "load"):
+                warm[phase].pop("latencies_s")
+            print(f"  warm-up round (b, discarded): {warm['load']['e2e_rps']:,.0f} e2e/s")
+        for index in range(ctx.plan.pairs):
+            for variant in ("a", "b"):
+                r = await run_round(ctx, ctx.plan, variant, f"{variant}{index}", run)
+                rounds.append(r)
+                print(
+                    f"  round {variant}{index}: idle p50 {r['idle']['e2e_ms']['p50']} ms, "
+                    f"p99 {r['idle']['e2e_ms']['p99']} ms; {r['load']['e2e_rps']:,.0f} e2e/s; "
+                    f"spans received {r['received']['spans']:,}; other processes' CPU "
+                    f"{r['load']['cpu']['others_pct']:.0f} %",
+                    flush=True,
+                )
+    return rounds, warm
+
+
+async def bench_until_signalled(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
+
+    async def watch_sigterm() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for signum in signals:
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_sigterm)
+        out = await bench(ctx)
+        nursery.cancel_scope.cancel()
+    return out
+
+
+def _pct(new: float, old: float) -> float:
+    return round(100.0 * (new - old) / old, 1) if old else float("nan")
+
+
+def pool(rounds: Sequence[Mapping[str, Any]], variant: str) -> dict[str, Any]:
+    mine = [r for r in rounds if r["variant"] == variant]
+    idle = [x for r in mine for x in r["idle"]["latencies_s"]]
+    load = [x for r in mine for x in r["load"]["latencies_s"]]
+    completed = sum(r["load"]["completed"] for r in mine)
+    seconds = sum(r["load"]["seconds"] for r in mine)
+
+    def mean_cpu(phase: str, key: str) -> float | None:
+        vals = [r[phase]["cpu_ms_per_e2e"].get(key) for r in mine]
+        vals = [v for v in vals if v is not None]
+        return round(sum(vals) / len(vals), 3) if vals else None
+
+    return {
+        "rounds": len(mine),
+        "idle_e2e_ms": summary_ms(idle),
+        "idle_errors": sum(r["idle"]["error_count"] for r in mine),
+        "load_e2e_rps": round(completed / seconds, 1) if seconds else 0.0,
+        "load_e2e_ms": summary_ms(load),
+        "load_errors": sum(r["load"]["error_count"] for r in mine),
+        "load_rps_per_round": [r["load"]["e2e_rps"] for r in mine],
+        "idle_p50_ms_per_round": [r["idle"]["e2e_ms"].get("p50") for r in mine],
+        "cpu_ms_per_e2e_idle": {
+            k: mean_cpu("idle", k) for k in ("bff", "worker", "postgres", "otlp_receiver")
+        },
+        "cpu_ms_per_e2e_load": {
+            k: mean_cpu("load", k) for k in ("bff", "worker", "postgres", "otlp_receiver", "bench")
+        },
+        "spans_received": sum(r["received"]["spans"] for r in mine),
+        "otlp_trace_requests": sum(r["received"]["trace_requests"] for r in mine),
+        "otlp_metric_requests": sum(r["received"]["metric_requests"] for r in mine),
+        "host_others_cpu_pct": {
+            phase: round(sum(r[phase]["cpu"]["others_pct"] for r in mine) / len(mine), 1)
+            for phase in ("idle", "load")
+        },
+    }
+
+
+def paired(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """b against the a run just before it, pair by pair (each pair shares the host's mood)."""
+    a_rounds = [r for r in rounds if r["variant"] == "a"]
+    b_rounds = [r for r in rounds if r["variant"] == "b"]
+    p50, rps = [], []
+    for a, b in zip(a_rounds, b_rounds, strict=False):
+        p50.append(_pct(b["idle"]["e2e_ms"]["p50"], a["idle"]["e2e_ms"]["p50"]))
+        rps.append(-_pct(b["load"]["e2e_rps"], a["load"]["e2e_rps"]))
+    return {
+        "p50_overhead_pct_per_pair": p50,
+        "rps_overhead_pct_per_pair": rps,
+        "p50_overhead_pct_median": round(statistics.median(p50), 1) if p50 else None,
+        "rps_overhead_pct_median": round(statistics.median(rps), 1) if rps else None,
+    }
+
+
+def cpu_overhead(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """CPU per request, b against a: less sensitive to other users of the host than time."""
+    out: dict[str, Any] = {}
+    for phase in ("idle", "load"):
+        ca, cb = a[f"cpu_ms_per_e2e_{phase}"], b[f"cpu_ms_per_e2e_{phase}"]
+        out[phase] = {k: _pct(cb[k], ca[k]) for k in ("bff", "worker") if ca.get(k) and cb.get(k)}
+        sa = sum(ca.get(k) or 0.0 for k in ("bff", "worker"))
+        sb = sum(cb.get(k) or 0.0 for k in ("bff", "worker", "otlp_receiver"))
+        out[phase]["bff_worker_plus_receiver"] = _pct(sb, sa)
+    return out
+
+
+def report(
+    ctx: Ctx,
+    settings: dict[str, str],
+    machine: dict[str, Any],
+    rounds: list[dict[str, Any]],
+    warm: dict[str, Any] | None,
+) -> dict[str, Any]:
+    a, b = pool(rounds, "a"), pool(rounds, "b")
+    by_service: dict[str, int] = {}
+    by_name: dict[str, int] = {}
+    for r in rounds:
+        for k, v in r["received"].get("by_service", {}).items():
+            by_service[k] = by_service.get(k, 0) + v
+        for k, v in r["received"].get("by_name", {}).items():
+            by_name[k] = by_name.get(k, 0) + v
+    b_rounds = [r for r in rounds if r["variant"] == "b"]
+    for r in rounds:  # the raw samples are pooled above; keep the file small
+        r["idle"].pop("latencies_s")
+        r["load"].pop("latencies_s")
+    plan = ctx.plan
+    return {
+        "tracing_overhead_p50_pct": _pct(b["idle_e2e_ms"]["p50"], a["idle_e2e_ms"]["p50"]),
+        "tracing_overhead_p99_pct": _pct(b["idle_e2e_ms"]["p99"], a["idle_e2e_ms"]["p99"]),
+        "tracing_overhead_rps_pct": -_pct(b["load_e2e_rps"], a["load_e2e_rps"]),
+        "tracing_overhead_load_p50_pct": _pct(b["load_e2e_ms"]["p50"], a["load_e2e_ms"]["p50"]),
+        "paired": paired(rounds),
+        "cpu_per_e2e_overhead_pct": cpu_overhead(a, b),
+        "targets": {"tracing_overhead_p50_pct": TARGET_P50_OVERHEAD_PCT},
+        "spans_received": b["spans_received"],
+        "spans_received_in_a_rounds": a["spans_received"],
+        "spans_by_service": by_service,
+        "spans_by_name": dict(sorted(by_name.items(), key=lambda kv: -kv[1])),
+        "spans_per_e2e": [r["spans_per_e2e"] for r in b_rounds],
+        "variants": {"a_no_endpoint": a, "b_otlp_endpoint": b},
+        "rounds": rounds,
+        "warmup_round": warm,
+        "host_others_cpu_note": "percent of one core (of 200) used by processes not of this "
+        "run during the measured windows (other users of the host): the rounds with much of "
+        "it are skewed; alternating a/b spreads that over both variants",
+        "date": now_iso(),
+        "machine": machine,
+        "config": {
+            "server": ctx.server.kind,
+            "server_settings": settings,
+            "embedded_settings_passed": ctx.server.extra_settings,
+            "plan": asdict(plan),
+            "order": ("warm-up (b, short, discarded) " if plan.warmup_round else "")
+            + " ".join(f"a{i} b{i}" for i in range(plan.pairs)),
+            "variant_a": "no OTEL_* variable in the BFF's or the worker's environment",
+            "variant_b": "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:<receiver> for both "
+            "(protocol http/protobuf; BatchSpanProcessor and OTLP metric export interval "
+            "at their defaults; OTLP metrics on too, as telemetry/otel.py does)",
+            "receiver": "separate process: QuartTrio on Hypercorn (trio), decodes each "
+            "ExportTraceServiceRequest/ExportMetricsServiceRequest with opentelemetry-proto "
+            "and counts spans; its CPU competes with the stack on this host",
+            "bff": "python -m hypercorn -k trio -b 127.0.0.1:<port> dataplane.app:app "
+            "(1 spawned serving process; CPU is that process's)",
+            "worker": f"python -m dataplane worker, SURFACE_QUEUE_TYPE={QUEUE_TYPE}, "
+            "DATAPLANE_PROBE=1, default concurrency",
+            "round": "TRUNCATE the queue tables, start BFF + worker, idle phase, load phase, "
+            "stop both (SIGTERM: the shutdown flushes spans), count what the receiver got",
+            "idle": f"{plan.idle_warmup} warm-up + {plan.idle_requests} sequential probe.echo "
+            "POST -> stream -> done per round on one keep-alive raw-socket connection",
+            "load": f"{plan.load_clients} closed-loop clients, {plan.load_warmup_s}s warm-up "
+            f"then {plan.load_seconds}s per round",
+            "overhead": "p50/p99: (b - a) / a of the pooled idle samples; rps: (a - b) / a "
+            "of pooled completions / seconds (positive = b slower); paired: the same per "
+            "(a_i, b_i) round pair and the median over pairs; cpu_per_e2e_overhead_pct: CPU "
+            "ms per request of the BFF and worker processes (mean over rounds), b against a",
+            "spans_per_e2e": "spans received in a b round / e2e requests issued in it "
+            "(warm-ups included)",
+            "cpu_pct": "percent of one core over the measured window from /proc/<pid>/stat; "
+            "cpu_ms_per_e2e = CPU milliseconds of each party per completed request",
+        },
+    }
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    a = result["variants"]["a_no_endpoint"]
+    b = result["variants"]["b_otlp_endpoint"]
+
+    def pq(s: Mapping[str, Any]) -> str:
+        return f"{s.get('p50')} / {s.get('p99')}"
+
+    def cpu(v: Mapping[str, Any], phase: str) -> str:
+        c = v[f"cpu_ms_per_e2e_{phase}"]
+        return " ".join(f"{k} {c[k]}" for k in ("bff", "worker", "postgres", "otlp_receiver"))
+
+    rows = [
+        ["idle e2e p50 / p99, ms", pq(a["idle_e2e_ms"]), pq(b["idle_e2e_ms"])],
+        [
+            "idle samples (errors)",
+            f"{a['idle_e2e_ms']['n']} ({a['idle_errors']})",
+            f"{b['idle_e2e_ms']['n']} ({b['idle_errors']})",
+        ],
+        ["idle p50 per round, ms", a["idle_p50_ms_per_round"], b["idle_p50_ms_per_round"]],
+        ["load e2e/s (32 clients)", a["load_e2e_rps"], b["load_e2e_rps"]],
+        ["load e2e/s per round", a["load_rps_per_round"], b["load_rps_per_round"]],
+        ["load p50 / p99, ms", pq(a["load_e2e_ms"]), pq(b["load_e2e_ms"])],
+        ["load errors", a["load_errors"], b["load_errors"]],
+        [
+            "others' CPU % idle / load",
+            f"{a['host_others_cpu_pct']['idle']} / {a['host_others_cpu_pct']['load']}",
+            f"{b['host_others_cpu_pct']['idle']} / {b['host_others_cpu_pct']['load']}",
+        ],
+        ["CPU ms/e2e idle", cpu(a, "idle"), cpu(b, "idle")],
+        ["CPU ms/e2e load", cpu(a, "load"), cpu(b, "load")],
+        ["spans received", a["spans_received"], b["spans_received"]],
+        [
+            "OTLP trace / metric POSTs",
+            f"{a['otlp_trace_requests']} / {a['otlp_metric_requests']}",
+            f"{b['otlp_trace_requests']} / {b['otlp_metric_requests']}",
+        ],
+    ]
+    print()
+    print(format_table(["metric", "a: no endpoint", "b: OTLP endpoint"], rows))
+    t = result["targets"]["tracing_overhead_p50_pct"]
+    print(
+        f"\ntracing overhead: idle p50 {result['tracing_overhead_p50_pct']} % (target <= {t}), "
+        f"idle p99 {result['tracing_overhead_p99_pct']} %, "
+        f"throughput {result['tracing_overhead_rps_pct']} %, "
+        f"load p50 {result['tracing_overhead_load_p50_pct']} %"
+    )
+    pr, co = result["paired"], result["cpu_per_e2e_overhead_pct"]
+    print(
+        f"paired (a_i, b_i): idle p50 {pr['p50_overhead_pct_per_pair']} % "
+        f"(median {pr['p50_overhead_pct_median']}), throughput "
+        f"{pr['rps_overhead_pct_per_pair']} % (median {pr['rps_overhead_pct_median']})"
+    )
+    print(f"CPU per request, b against a, %: idle {co['idle']}; load {co['load']}")
+    print(f"spans per e2e request (b rounds): {result['spans_per_e2e']}")
+    noisy = [r["round"] for r in result["rounds"] if r["load"]["cpu"]["others_pct"] > NOISY_PCT]
+    if noisy:
+        print(
+            f"WARNING: rounds {noisy} ran with more than {NOISY_PCT:.0f} % of a core used by "
+            "other processes on the host: time-based figures are skewed (the CPU-per-request "
+            "comparison less so); rerun on a quiet host"
+        )
+    print(f"spans by service: {result['spans_by_service']}")
+    problems = {r["round"]: r["log_problems"] for r in result["rounds"]}
+    problems = {k: v for k, v in problems.items() if v}
+    if problems:
+        print(f"log lines that look like trouble: {json.dumps(problems)[:1500]}")
+
+
+def run(plan: Plan) -> dict[str, Any]:
+    raise_own_nofile()
+    with scratch_server("dataplane_tracing") as server, children_scope() as kids:
+        print(f"server: {server.kind}; logs in {kids.log_dir}", flush=True)
+        settings = server_settings(server.dsn)
+        machine = machine_info(settings.get("server_version", "?"))
+        env_a = {
+            k: v for k, v in base_env(server.dsn, E2ePlan()).items() if not k.startswith("OTEL_")
+        }
+        migrate_schema(env_a)
+        port = free_port()
+        env_b = {**env_a, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{HOST}:{port}"}
+        ctx = Ctx(server, kids, plan, env_a, env_b, port, [], _postmaster_pid(server))
+        rounds, warm = trio.run(bench_until_signalled, ctx)
+        return report(ctx, settings, machine, rounds, warm)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="short smoke run (~30 s)")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS_DIR / "tracing.json", help="result JSON path"
+    )
+    parser.add_argument("--otlp-receiver", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.otlp_receiver is not None:
+        with contextlib.suppress(KeyboardInterrupt):
+            receiver_main(args.otlp_receiver)
+        return 0
+    plan = Plan.quick() if args.quick else Plan()
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        result = run(plan)
+    except* KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        print("interrupted; every process started was stopped", file=sys.stderr)
+        return 130
+    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print_tables(result)
+    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
