@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import trio
-from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import SpanKind
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -627,28 +626,14 @@ async def _events(
     waiting: contextlib.ExitStack,
     waiter: Waiter,
 ) -> AsyncIterator[bytes]:
-    """queued -> done | error, with keep-alives; the waiter lives as long as the stream.
-
-    The stream's server span joins the job's trace (the browser's GET carries no
-    trace context of its own), and the final event gets a ``done`` span inside it.
-    """
+    """queued -> done | error, with keep-alives; the waiter lives as long as the stream."""
     traceparent = first.payload.get("traceparent") if isinstance(first.payload, dict) else None
-    span = tracer().start_span(
-        f"GET {first.type} stream",
-        context=context_from(traceparent),
-        kind=SpanKind.SERVER,
-        attributes={
-            "http.request.method": "GET",
-            "http.route": "/api/{surface}/q/{jobId}/stream",
-            **messaging("receive", first.type, str(first.id)),
-        },
-    )
+    parent = context_from(traceparent)
     try:
-        async for chunk in _stream_events(p, first, grant, last_id, span, waiter):
+        async for chunk in _stream_events(p, first, grant, last_id, parent, waiter):
             yield chunk
     finally:
         waiting.close()
-        span.end()
 
 
 async def _stream_events(
@@ -656,12 +641,12 @@ async def _stream_events(
     row: JobRow,
     grant: StreamGrant | None,
     last_id: int,
-    span: Span,
+    parent: Any,
     waiter: Waiter,
 ) -> AsyncIterator[bytes]:
     # The waiter was registered before ``row`` was read: a finish since is not missed.
     if row.finished:
-        yield _done_event(p, row, grant, span, retry=True)
+        yield _done_event(p, row, grant, parent, retry=True)
         return
     if last_id < EVENT_QUEUED:
         yield _sse("queued", EVENT_QUEUED, {"jobId": str(row.id), "status": row.status}, retry=True)
@@ -671,10 +656,9 @@ async def _stream_events(
         with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
             finished = await waiter.wait()
         if finished is not None:
-            yield _done_event(p, finished, grant, span, retry=False)
+            yield _done_event(p, finished, grant, parent, retry=False)
             return
         if trio.current_time() >= deadline:
-            span.set_attribute("dataplane.sse.outcome", "TIMEOUT")
             yield _sse(
                 "error",
                 EVENT_TIMEOUT,
@@ -690,12 +674,13 @@ async def _stream_events(
 
 
 def _done_event(
-    p: Plane, row: JobRow, grant: StreamGrant | None, parent: Span, *, retry: bool
+    p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, retry: bool
 ) -> bytes:
-    """The final event, under a ``done`` span; records end-to-end time."""
+    """The final event, under an ``SSE done`` span in the job's trace (the browser's
+    GET carries no trace context of its own); records end-to-end time."""
     with tracer().start_as_current_span(
         "SSE done" if row.status == "done" else "SSE error",
-        context=trace.set_span_in_context(parent),
+        context=parent,
         attributes=messaging("receive", row.type, str(row.id), outcome=row.status),
     ):
         event = _final_event(p, row, grant, retry=retry)
