@@ -184,10 +184,12 @@ def render(runs: list[dict[str, Any]]) -> str:
         "# Benchmark results",
         "",
         "Written by `python bench/run_all.py`; every figure comes from the JSON the named",
-        "benchmark wrote to `bench/results/` in this run. The machines are shared and noisy:",
-        "each JSON records the load around its run.",
+        "benchmark last wrote to `bench/results/` (each carries its own date and the host load",
+        "around its run; the table at the bottom lists what this invocation re-ran). The",
+        "machines are shared 2-core VMs, so figures move between runs.",
         "",
-        f"- Date: {next((d['date'] for d in r.values() if d.get('date')), '?')}",
+        "- Dates: "
+        + ", ".join(f"{name} {d['date'][:16]}" for name, d in r.items() if d.get("date")),
         f"- Machine: {machine.get('nproc', '?')} cores, {machine.get('cpu_model', '?')}, "
         f"{machine.get('memory', '?')}, Python {machine.get('python', '?')}, "
         f"PostgreSQL {machine.get('postgres', '?')}",
@@ -247,10 +249,22 @@ def render(runs: list[dict[str, Any]]) -> str:
             "",
         ]
     if soak:
+        metrics = soak.get("metrics", {})
         lines += [
             "## Soak",
             "",
-            f"```\n{json.dumps(soak.get('summary', soak.get('verdict', {})), indent=2)}\n```",
+            f"{_fmt(soak.get('total_seconds'), ' s')} of mixed load over every demo surface: "
+            f"{_fmt(soak.get('requests'))} requests ({_fmt(soak.get('requests_per_s'))}/s), "
+            f"{soak.get('unexpected_errors')} unexpected errors, children died: "
+            f"{soak.get('children_died') or 'none'}. Flagged: {soak.get('flagged') or 'nothing'}.",
+            "",
+            "| metric | max | growth, last third vs first | verdict |",
+            "|---|---|---|---|",
+            *(
+                f"| {name} | {_fmt(m.get('max'))} | {_fmt(m.get('growth_pct'), ' %')} | "
+                f"{m.get('verdict')} |"
+                for name, m in metrics.items()
+            ),
             "",
         ]
     lines += [
