@@ -5,7 +5,7 @@ Run from the repository root::
     python bench/e2e.py            # own embedded Postgres (temp dir), durable defaults
     MAESTRO_QUEUES_URL=... python bench/e2e.py   # scratch db dataplane_e2e_<pid> there
     python bench/e2e.py --quick    # smoke run, small counts
-    python bench/e2e.py --py-spy /tmp/prof   # also py-spy the BFF in phases 3 and 4
+    python bench/e2e.py --py-spy prof/       # also py-spy the BFF in phases 3 and 4
 
 It starts its own stack: the scratch server, ``dataplane migrate``, ONE BFF
 (``python -m hypercorn -k trio -b 127.0.0.1:<port> dataplane.app:app``, the
