@@ -468,23 +468,24 @@ class Worker:
             if not self._held:
                 self._became_idle.set()
             self._wake.set()
-            self.reporter.report(
-                JobReport(
-                    job_id=str(job.id),
-                    type=job.type,
-                    operation=operation,
-                    outcome=outcome,
-                    wall_ms=(time.perf_counter() - started) * 1000,
-                    cpu_ms=(time.process_time() - cpu_started) * 1000,
-                    rss_bytes=rss_bytes(),
-                    queue_wait_ms=max(0.0, job.queue_wait_ms),
-                    cache=cache,
-                    coalesced=coalesced,
-                    dequeue_count=job.dequeue_count,
-                    worker_id=job.worker_id,
-                    finished_at=time.time(),
+            if not isinstance(self.reporter, _NoReporter):  # else no report: RSS reads /proc
+                self.reporter.report(
+                    JobReport(
+                        job_id=str(job.id),
+                        type=job.type,
+                        operation=operation,
+                        outcome=outcome,
+                        wall_ms=(time.perf_counter() - started) * 1000,
+                        cpu_ms=(time.process_time() - cpu_started) * 1000,
+                        rss_bytes=rss_bytes(),
+                        queue_wait_ms=max(0.0, job.queue_wait_ms),
+                        cache=cache,
+                        coalesced=coalesced,
+                        dequeue_count=job.dequeue_count,
+                        worker_id=job.worker_id,
+                        finished_at=time.time(),
+                    )
                 )
-            )
 
     async def _execute(self, running: _Running) -> tuple[str, str, bool, str]:
         """Run one job inside its ``process`` span; record its metrics."""
