@@ -57,7 +57,12 @@ async def test_schemathesis_finds_no_server_error_and_no_schema_break(
                 "--phases",
                 "examples,coverage,fuzzing",
                 "--request-timeout",
-                "30",
+                "10",
+                # One of ~900 fuzzed requests (a GET with a body on a POST-only route) once
+                # went unanswered; it has not reproduced since. A network error is not what
+                # this test judges (5xx and schema breaks are): retry it once.
+                "--request-retries",
+                "1",
                 "--seed",
                 "1",
                 "--generation-database",
