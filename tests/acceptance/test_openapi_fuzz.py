@@ -13,8 +13,8 @@ import httpx
 import pytest
 import trio
 
-from tests.acceptance.conftest import start_bff
-from tests.helpers import token
+from dataplane.embedded import free_port
+from tests.helpers import BffProcess, token
 
 CHECKS = ",".join(
     [
@@ -34,8 +34,14 @@ async def test_schemathesis_finds_no_server_error_and_no_schema_break(
     spawn_worker: Callable[..., Any],
     tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("DATAPLANE_SSE_DEADLINE_SECONDS", "1")
-    base, _app, shutdown = await start_bff(nursery)
+    bff = BffProcess(
+        {**bff_env, "DATAPLANE_SSE_DEADLINE_SECONDS": "1"},
+        str(tmp_path / "bff.log"),
+        port=free_port(),
+        args=("-k", "trio"),
+    )
+    base = bff.base
+    await bff.wait_ready()
     await spawn_worker()
     async with httpx.AsyncClient(base_url=base) as http:
         spec = (await http.get("/openapi.json")).json()
@@ -75,5 +81,5 @@ async def test_schemathesis_finds_no_server_error_and_no_schema_break(
         )
     out = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
     (tmp_path / "schemathesis.txt").write_text(out)
+    bff.stop()
     assert result.returncode == 0, out[-6000:]
-    shutdown.set()

@@ -79,6 +79,10 @@ async def test_listen_connection_killed_again_and_again(queue_dsn: str, tmp_path
                     kills += 1
         check_promises(outcomes, _rows(queue_dsn))
         assert kills >= 4
-        assert bff.output().count("reconnected") >= 2
+        # A kill that lands while the pump is re-issuing LISTEN shows up as a failed
+        # attempt ("cannot listen") rather than a reconnect: count both.
+        log = bff.output()
+        assert log.count("reconnected") + log.count("cannot listen") >= 2, log[-2000:]
+        assert log.count("reconnected") >= 1
     finally:
         stack.stop()
