@@ -124,6 +124,10 @@ def create_app() -> QuartTrio:
     state: dict[str, Any] = {"plane": None, "why": "the data plane is starting"}
     app.extensions["dataplane"] = state  # the Plane, for operators' tools and tests
 
+    def probe_enabled() -> bool:
+        current: Plane | None = state["plane"]
+        return current.settings.probe_enabled if current else Settings.from_env().probe_enabled
+
     def plane() -> Plane:
         current: Plane | None = state["plane"]
         if current is None:
@@ -220,9 +224,7 @@ def create_app() -> QuartTrio:
 
     @app.get("/")
     async def demo_page() -> Response:
-        current: Plane | None = state["plane"]
-        probe = current.settings.probe_enabled if current else Settings.from_env().probe_enabled
-        if not probe:
+        if not probe_enabled():
             raise ApiError(404, "the demo page is served only with DATAPLANE_PROBE=1")
         return await _static_file("index.html")
 
@@ -234,9 +236,7 @@ def create_app() -> QuartTrio:
     async def openapi() -> Response:
         from dataplane.openapi import openapi_document
 
-        current: Plane | None = state["plane"]
-        probe = current.settings.probe_enabled if current else Settings.from_env().probe_enabled
-        return _json(openapi_document(all_surfaces(probe_enabled=probe)))
+        return _json(openapi_document(all_surfaces(probe_enabled=probe_enabled())))
 
     @app.post("/api/<surface_id>/q")
     @_server_span("/api/{surface}/q")

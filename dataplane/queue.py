@@ -400,13 +400,6 @@ class QueueClient:
         row = await self.db.fetchone(q("job_get"), {"id": _job_uuid(job_id)})
         return JobRow.from_row(row) if row is not None else None
 
-    async def get_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
-        ids = [_job_uuid(j) for j in job_ids]
-        if not ids:
-            return []
-        rows = await self.db.fetchall(q("job_get_many"), {"ids": ids})
-        return [JobRow.from_row(row) for row in rows]
-
     async def get_finished_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
         """The finished (done or poison) jobs among ``job_ids``."""
         ids = [_job_uuid(j) for j in job_ids]

@@ -159,14 +159,6 @@ SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
 FROM maestro_queues
 WHERE id = %(id)s;
 
--- name: job_get_many
--- Several jobs at once (the reply pump's notify fan-out and sweep).
-SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
-       dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at
-FROM maestro_queues
-WHERE id = ANY(%(ids)s::uuid[]);
-
 -- name: job_get_finished_many
 -- The finished ones among several jobs (the reply pump: live rows are not read at all).
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
