@@ -10,33 +10,33 @@ from collections.abc import Sequence
 
 import trio
 
-from dataplane.config import Settings
+from dataplane.config import from_env
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.errors import DataPlaneError
-from dataplane.migrate import migrate
-from dataplane.queue import STATUSES, QueueClient
+from dataplane.queue import STATUSES, QueueClient, QueueConfig
+from dataplane.queue.migrations import migrate
 
 log = logging.getLogger("dataplane")
 
 
-async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+def _queues_url() -> str:
+    return from_env(QueueConfig).require_url()
+
+
+async def _cmd_migrate(args: argparse.Namespace) -> int:
     async with (
         open_bridge(),
-        open_database(
-            DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="migrate")
-        ) as db,
+        open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name="migrate")) as db,
     ):
         applied = await migrate(db)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     return 0
 
 
-async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
+async def _cmd_jobs(args: argparse.Namespace) -> int:
     async with (
         open_bridge(),
-        open_database(
-            DatabaseConfig(settings.require_queues_url(), pool_size=1, application_name="jobs")
-        ) as db,
+        open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name="jobs")) as db,
     ):
         client = QueueClient(db)
         if args.action == "retry":
@@ -67,14 +67,15 @@ async def _cmd_jobs(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
-async def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from dataplane.worker_main import serve_worker
+async def _cmd_worker(args: argparse.Namespace) -> int:
+    from dataplane.worker.config import WorkerProcessConfig
+    from dataplane.worker.main import serve_worker
 
-    return await serve_worker(settings)
+    return await serve_worker(from_env(WorkerProcessConfig))
 
 
-async def _cmd_demo_db(settings: Settings, args: argparse.Namespace) -> int:
-    from dataplane.clientdb import create_demo_db
+async def _cmd_demo_db(args: argparse.Namespace) -> int:
+    from dataplane.surfaces.demo_db import create_demo_db
 
     async with open_bridge():
         ro_dsn = await create_demo_db(
@@ -87,15 +88,13 @@ async def _cmd_demo_db(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_invalidate(settings: Settings, args: argparse.Namespace) -> int:
-    from dataplane.cache import INVALIDATE_CHANNEL
+async def _cmd_invalidate(args: argparse.Namespace) -> int:
+    from dataplane.worker.cache import INVALIDATE_CHANNEL
 
     async with (
         open_bridge(),
         open_database(
-            DatabaseConfig(
-                settings.require_queues_url(), pool_size=1, application_name="invalidate"
-            )
+            DatabaseConfig(_queues_url(), pool_size=1, application_name="invalidate")
         ) as db,
     ):
         for tag in args.tags:
@@ -104,33 +103,35 @@ async def _cmd_invalidate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_token(settings: Settings, args: argparse.Namespace) -> int:
-    from dataplane.auth import mint_token
+def _cmd_token(args: argparse.Namespace) -> int:
+    from dataplane.bff.auth import mint_token
+    from dataplane.bff.config import JwtConfig
     from dataplane.errors import ConfigError
 
-    if not settings.jwt_secret:
+    jwt = from_env(JwtConfig)
+    if not jwt.secret:
         raise ConfigError("DATAPLANE_JWT_SECRET is not set (dataplane token mints HS256 tokens)")
     branches = [b.strip() for b in args.branches.split(",") if b.strip()] if args.branches else None
     print(
         mint_token(
-            settings.jwt_secret,
+            jwt.secret,
             client=args.client,
             sub=args.sub,
             staff=args.staff,
             branches=branches,
             email=args.email,
             ttl=args.ttl,
-            audience=settings.jwt_audience,
-            issuer=settings.jwt_issuer,
+            audience=jwt.audience,
+            issuer=jwt.issuer,
         )
     )
     return 0
 
 
-def _cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+def _cmd_dev(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dataplane.dev import run_dev
+    from dataplane.dev.supervisor import run_dev
 
     return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir))
 
@@ -201,10 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        settings = Settings.from_env()
         if args.command in SYNC_COMMANDS:
-            return SYNC_COMMANDS[args.command](settings, args)
-        code: int = trio.run(COMMANDS[args.command], settings, args)
+            return SYNC_COMMANDS[args.command](args)
+        code: int = trio.run(COMMANDS[args.command], args)
         return code
     except DataPlaneError as exc:
         print(f"dataplane {args.command}: {exc}", file=sys.stderr)

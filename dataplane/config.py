@@ -1,143 +1,143 @@
-"""Configuration, read from the environment in this one place.
+"""Configuration from the environment, read in this one place.
 
-Every setting of DESIGN.md's table, with its default as a named constant and
-its unit; :meth:`Settings.from_env` validates and raises :class:`ConfigError`
-naming the variable that is wrong.
+Each component owns its configuration: a frozen dataclass next to its code
+(:class:`~dataplane.queue.config.QueueConfig`, :class:`~dataplane.worker.config.WorkerConfig`,
+:class:`~dataplane.bff.config.BffConfig`, ...) whose fields carry their defaults,
+as named constants with their units, and say which environment variable sets
+them with :func:`setting`. :func:`from_env` is the only code that reads the
+environment: it fills such a dataclass (and the dataclasses nested in it) from
+``os.environ`` or a given mapping, and raises :class:`ConfigError` naming the
+variable that is wrong.
+
+This module knows no component: it is below all of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, cast
 
-from dataplane import queue, reaper
-from dataplane.errors import ConfigError
+from dataplane.errors import ConfigError, InvalidArgument
 
-IDLE_MS = 2000  # poll backoff ceiling, milliseconds
-POLL_START_MS = 100  # first poll backoff, milliseconds
-CONCURRENCY = 8  # jobs a worker runs at once
-INLINE_MAX_BYTES = 262_144  # larger results go to surface_result_blobs
-RENEW_SECONDS = 60.0  # heartbeat cadence
-SSE_DEADLINE_SECONDS = 60.0  # per-waiter deadline
-SWEEP_SECONDS = 5.0  # reply pump sweep cadence
-SHUTDOWN_GRACE_SECONDS = 30.0  # in-flight jobs may finish within this on SIGTERM
+T = TypeVar("T")
+
+_MISSING: Any = dataclasses.MISSING
 
 
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value.strip()
+def setting(
+    env: str | Sequence[str],
+    default: Any = _MISSING,
+    *,
+    minimum: float | None = None,
+    choices: Sequence[str] | None = None,
+    required: str | None = None,
+) -> Any:
+    """A dataclass field set by the environment variable ``env``.
+
+    ``env`` may name several variables: the first one set wins (a fallback such as
+    ``CAPCOM_DB_URL`` then ``MAESTRO_QUEUES_URL``). ``required`` is the message
+    when the field has no default and no variable is set.
+    """
+    names = (env,) if isinstance(env, str) else tuple(env)
+    metadata = {"env": names, "minimum": minimum, "choices": choices, "required": required}
+    if default is _MISSING:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
-    raw = _get(env, name)
-    if raw is None:
-        return default
+def nested(cls: type[Any]) -> Any:
+    """A field holding another component's configuration, itself read by :func:`from_env`."""
+    return dataclasses.field(default_factory=cls, metadata={"nested": True})
+
+
+def env_names(cls: type[Any]) -> dict[str, str]:
+    """``{field name: its first environment variable}`` of a configuration class and of
+    the configurations nested in it."""
+    hints = typing.get_type_hints(cls)
+    names: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("nested"):
+            names.update(env_names(hints[f.name]))
+        elif "env" in f.metadata:
+            names[f.name] = f.metadata["env"][0]
+    return names
+
+
+def from_env(cls: type[T], env: Mapping[str, str] | None = None, **given: Any) -> T:
+    """An instance of ``cls`` from ``env`` (default: ``os.environ``).
+
+    Fields without a variable set keep their defaults; ``given`` overrides both.
+    A component's own checks (``InvalidArgument`` from ``__post_init__``) come out
+    as :class:`ConfigError` with its field names replaced by their variables.
+    """
+    env = os.environ if env is None else env
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cast(Any, cls)):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif f.metadata.get("nested"):
+            values[f.name] = from_env(hints[f.name], env)
+        elif "env" in f.metadata:
+            value = _read(env, f, hints[f.name])
+            if value is not _MISSING:
+                values[f.name] = value
+            elif f.default is _MISSING and f.default_factory is _MISSING:
+                message = f.metadata["required"] or f"{f.metadata['env'][0]} is not set"
+                raise ConfigError(message)
     try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum or value != value:
+        return cls(**values)
+    except InvalidArgument as exc:
+        message = str(exc)
+        for name, var in env_names(cls).items():
+            message = re.sub(rf"\b{name}\b", var, message)
+        raise ConfigError(message) from None
+
+
+def _read(env: Mapping[str, str], f: dataclasses.Field[Any], kind: Any) -> Any:
+    for name in f.metadata["env"]:
+        raw = env.get(name)
+        if raw is not None and raw.strip() != "":
+            return _parse(name, raw.strip(), kind, f.metadata)
+    return _MISSING
+
+
+def _parse(name: str, raw: str, kind: Any, meta: Mapping[str, Any]) -> Any:
+    base = _base_type(kind)
+    value: Any
+    if base is bool:
+        if raw not in ("0", "1"):
+            raise ConfigError(f"{name} must be 0 or 1, got {raw!r}")
+        value = raw == "1"
+    elif base is int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    elif base is float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        if value != value:
+            raise ConfigError(f"{name} must be a number, got {raw!r}")
+    else:
+        value = raw
+    minimum = meta.get("minimum")
+    if minimum is not None and value < minimum:
         raise ConfigError(f"{name} must be >= {minimum:g}, got {raw!r}")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        allowed = " or ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name} must be {allowed}, got {raw!r}")
     return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    queues_url: str | None
-    queue_type: str | None
-    queue_suffix: str
-    client_db_url: str | None
-    jwt_secret: str | None
-    jwt_public_key: str | None
-    jwt_audience: str | None
-    jwt_issuer: str | None
-    stream_secret: str | None
-    capcom_url: str | None
-    lease_seconds: float
-    renew_seconds: float
-    idle_ms: int
-    concurrency: int
-    inline_max_bytes: int
-    fail_backoff_seconds: float
-    max_dequeues: int
-    sse_deadline_seconds: float
-    sweep_seconds: float
-    probe_enabled: bool
-    shutdown_grace_seconds: float
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        suffix = _get(env, "DATAPLANE_QUEUE_SUFFIX") or ""
-        if suffix not in ("", "-dev"):
-            raise ConfigError(f"DATAPLANE_QUEUE_SUFFIX must be '' or '-dev', got {suffix!r}")
-        lease = _float(env, "MAESTRO_LEASE_SECONDS", queue.LEASE_SECONDS, minimum=0.001)
-        renew = _float(env, "MAESTRO_RENEW_SECONDS", RENEW_SECONDS, minimum=0.001)
-        if renew >= lease:
-            raise ConfigError(
-                f"MAESTRO_RENEW_SECONDS ({renew:g}) must be shorter than "
-                f"MAESTRO_LEASE_SECONDS ({lease:g}), or leases lapse between heartbeats"
-            )
-        probe = _get(env, "DATAPLANE_PROBE") or "0"
-        if probe not in ("0", "1"):
-            raise ConfigError(f"DATAPLANE_PROBE must be 0 or 1, got {probe!r}")
-        return cls(
-            queues_url=_get(env, "MAESTRO_QUEUES_URL"),
-            queue_type=_get(env, "SURFACE_QUEUE_TYPE"),
-            queue_suffix=suffix,
-            client_db_url=_get(env, "CLIENT_DB_URL"),
-            jwt_secret=_get(env, "DATAPLANE_JWT_SECRET"),
-            jwt_public_key=_get(env, "DATAPLANE_JWT_PUBLIC_KEY"),
-            jwt_audience=_get(env, "DATAPLANE_JWT_AUDIENCE"),
-            jwt_issuer=_get(env, "DATAPLANE_JWT_ISSUER"),
-            stream_secret=_get(env, "DATAPLANE_STREAM_SECRET"),
-            capcom_url=_get(env, "CAPCOM_URL"),
-            lease_seconds=lease,
-            renew_seconds=renew,
-            idle_ms=_int(env, "DATAPLANE_IDLE_MS", IDLE_MS, minimum=POLL_START_MS),
-            concurrency=_int(env, "DATAPLANE_CONCURRENCY", CONCURRENCY, minimum=1),
-            inline_max_bytes=_int(env, "DATAPLANE_INLINE_MAX_BYTES", INLINE_MAX_BYTES, minimum=1),
-            fail_backoff_seconds=_float(
-                env, "DATAPLANE_FAIL_BACKOFF_SECONDS", queue.FAIL_BACKOFF_SECONDS
-            ),
-            max_dequeues=_int(env, "DATAPLANE_MAX_DEQUEUES", queue.MAX_DEQUEUES, minimum=1),
-            sse_deadline_seconds=_float(
-                env, "DATAPLANE_SSE_DEADLINE_SECONDS", SSE_DEADLINE_SECONDS, minimum=0.001
-            ),
-            sweep_seconds=_float(env, "DATAPLANE_SWEEP_SECONDS", SWEEP_SECONDS, minimum=0.001),
-            probe_enabled=probe == "1",
-            shutdown_grace_seconds=_float(
-                env, "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS
-            ),
-        )
-
-    def queue_config(self) -> queue.QueueConfig:
-        return queue.QueueConfig(
-            lease_seconds=self.lease_seconds,
-            fail_backoff_seconds=self.fail_backoff_seconds,
-            max_dequeues=self.max_dequeues,
-        )
-
-    def retention(self) -> reaper.RetentionConfig:
-        return reaper.RetentionConfig()
-
-    def require_queues_url(self) -> str:
-        if self.queues_url is None:
-            raise ConfigError("MAESTRO_QUEUES_URL is not set (the queue database DSN)")
-        return self.queues_url
+def _base_type(kind: Any) -> Any:
+    """``int | None`` -> ``int``; a plain type as is."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if args else kind

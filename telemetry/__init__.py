@@ -1,10 +1,10 @@
-"""Telemetry for the data plane.
+"""capcom's telemetry receiver: ``hypercorn -k trio telemetry.capcom:app``.
 
-* :mod:`telemetry.otel` — OpenTelemetry setup per process (traces and metrics,
-  OTLP and Prometheus exporters only when configured);
-* :mod:`telemetry.tracing` — tracer, W3C traceparent helpers, messaging attributes;
-* :mod:`telemetry.metrics` — every metric instrument, declared in one place;
-* :mod:`telemetry.sender` — the worker's fire-and-forget capcom reporter;
-* :mod:`telemetry.capcom` — the receiver (``hypercorn -k trio telemetry.capcom:app``)
-  that writes ``worker_runs``.
+:mod:`telemetry.capcom` takes the job reports the workers post to
+``/worker/job-finished`` and writes them to ``worker_runs``, which the wallboard
+reads. It is built on the plane's foundations (the DB bridge, the HTTP edge, the
+job report's one declaration in :mod:`dataplane.observability.report`) and the
+dependency runs one way only: ``telemetry`` imports ``dataplane``, never the reverse.
+The instrumentation every process shares (OpenTelemetry setup, spans, metrics) is
+:mod:`dataplane.observability`.
 """

@@ -20,8 +20,8 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
-from dataplane.embedded import FAST_SETTINGS, EmbeddedPostgres
-from dataplane.migrate import migrate
+from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
+from dataplane.queue.migrations import migrate
 from dataplane.queue import QueueClient, QueueConfig
 
 TEMPLATE = f"dataplane_template_{os.getpid()}"
@@ -136,7 +136,8 @@ async def wait_until(
 @pytest.fixture(scope="session")
 def demo_db(pg_admin_dsn: str) -> Iterator[tuple[str, str]]:
     """The seeded demo client DB, built once per session: (admin DSN, read-only DSN)."""
-    from dataplane.clientdb import DEMO_DB_NAME, create_demo_db, with_params
+    from dataplane.db import with_params
+    from dataplane.surfaces.demo_db import DEMO_DB_NAME, create_demo_db
 
     name = f"{DEMO_DB_NAME}_{os.getpid()}"
 

@@ -105,7 +105,7 @@ def token(
     secret: str = JWT_SECRET,
     **extra: Any,
 ) -> str:
-    from dataplane.auth import mint_token
+    from dataplane.bff.auth import mint_token
 
     return mint_token(
         secret,

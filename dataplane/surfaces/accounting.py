@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataplane.db import q
 from dataplane.errors import HttpError
-from dataplane.manifest import (
+from dataplane.surfaces.invoice_pdf import render_invoice_pdf
+from dataplane.surfaces.manifest import (
     STAFF_ONLY,
     BlobResult,
     Operation,
@@ -22,8 +24,6 @@ from dataplane.manifest import (
     branch_in_scope,
     surface_of,
 )
-from dataplane.sql import q
-from dataplane.surfaces.invoice_pdf import render_invoice_pdf
 from dataplane.surfaces.users import BRANCH_SCHEMA
 
 INVOICE_STATUSES = ("draft", "sent", "paid", "overdue")

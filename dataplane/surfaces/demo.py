@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataplane.manifest import Surface
 from dataplane.surfaces import accounting, learnerviews, skills, users
+from dataplane.surfaces.manifest import Surface
 
 SURFACES: tuple[Surface, ...] = (
     users.SURFACE,
@@ -11,4 +11,3 @@ SURFACES: tuple[Surface, ...] = (
     accounting.SURFACE,
     skills.SURFACE,
 )
-"""The surfaces this build serves, by id."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
+from dataplane.db import q
 from dataplane.errors import HttpError
-from dataplane.manifest import Operation, OperationContext, branch_in_scope, surface_of
-from dataplane.sql import q
+from dataplane.surfaces.manifest import Operation, OperationContext, branch_in_scope, surface_of
 from dataplane.surfaces.users import BRANCH_SCHEMA, USER_ID_SCHEMA
 
 ENROLLMENT_STATUSES = ("enrolled", "in_progress", "completed", "failed")

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from dataplane.errors import HttpError
-from dataplane.manifest import Operation, OperationContext, surface_of
+from dataplane.surfaces.manifest import Operation, OperationContext, surface_of
 
 MAX_SLEEP_MS = 600_000
 MAX_LARGE_BYTES = 16 * 1024 * 1024

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataplane.db import q
 from dataplane.errors import HttpError
-from dataplane.manifest import Operation, OperationContext, branch_in_scope, surface_of
-from dataplane.sql import q
+from dataplane.surfaces.manifest import Operation, OperationContext, branch_in_scope, surface_of
 from dataplane.surfaces.users import BRANCH_SCHEMA, USER_ID_SCHEMA
 
 

@@ -1,4 +1,4 @@
--- Statements of the queue client (dataplane/queue.py). Each one is a single
+-- Statements of the queue client (dataplane/queue/client.py). Each one is a single
 -- statement, so each commits atomically; a pg_notify inside one is delivered
 -- only when that statement's transaction commits.
 
@@ -11,7 +11,7 @@ WITH ins AS (
     ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
     RETURNING id, status
 ), wake AS (
-    SELECT pg_notify(%(wake_channel)s, '') FROM ins
+    SELECT pg_notify(maestro_wake_channel(%(type)s), '') FROM ins
 )
 SELECT ins.id, ins.status, false AS coalesced, %(payload)s::jsonb ->> 'traceparent' AS traceparent
 FROM ins
@@ -149,7 +149,7 @@ WITH r AS (
 )
 SELECT r.id
 FROM r
-CROSS JOIN LATERAL (SELECT pg_notify(r.type || '_enqueued', '')) AS n;
+CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 
 -- name: job_get
 -- One job as the BFF and operators see it.
@@ -187,7 +187,7 @@ WITH r AS (
     WHERE id = %(id)s AND status = 'poison'
     RETURNING id, type
 )
-SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(r.type || '_enqueued', '')) AS n;
+SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 
 -- name: job_counts
 -- Queue depth by type and status.

@@ -34,7 +34,8 @@ def bff_env(queue_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 async def start_bff(nursery: trio.Nursery) -> tuple[str, Any, trio.Event]:
     """Serve a fresh app on a free port; returns (base URL, quart app, shutdown event)."""
-    from dataplane.app import RequireTrio, create_app
+    from dataplane.bff.app import REQUIRE_TRIO, create_app
+    from dataplane.edge import RequireTrio
 
     quart_app = create_app()
     config = Config()
@@ -43,7 +44,7 @@ async def start_bff(nursery: trio.Nursery) -> tuple[str, Any, trio.Event]:
     config.errorlog = None
     shutdown = trio.Event()
     binds = await nursery.start(
-        functools.partial(serve, RequireTrio(quart_app), config, shutdown_trigger=shutdown.wait)
+        functools.partial(serve, RequireTrio(quart_app, REQUIRE_TRIO), config, shutdown_trigger=shutdown.wait)
     )
     return binds[0], quart_app, shutdown
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from dataplane.app import Plane
+from dataplane.bff.plane import Plane
 from dataplane.db import Database
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
@@ -18,7 +18,7 @@ from tests.helpers import SseEvent, read_sse
 
 
 def plane_of(app: Any) -> Plane:
-    plane = app.extensions["dataplane"]["plane"]
+    plane = app.extensions["dataplane"].plane
     assert plane is not None
     return plane  # type: ignore[no-any-return]
 
@@ -134,9 +134,9 @@ async def test_keep_alive_comments_flow_while_waiting(
     nursery: trio.Nursery,
     spawn_worker: Callable[..., Any],
 ) -> None:
-    import dataplane.app as app_module
+    import dataplane.bff.sse as sse_module
 
-    monkeypatch.setattr(app_module, "KEEPALIVE_SECONDS", 0.2)
+    monkeypatch.setattr(sse_module, "KEEPALIVE_SECONDS", 0.2)
     base, _app, shutdown = await start_bff(nursery)
     await spawn_worker()
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:

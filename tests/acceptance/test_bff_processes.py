@@ -14,7 +14,7 @@ import pytest
 import trio
 from pypdf import PdfReader
 
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
 from tests.helpers import JWT_SECRET, BffProcess, SseEvent, bearer, read_sse, token
 

@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from dataplane.db import Database
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until
 from tests.helpers import WorkerProcess, read_sse, token

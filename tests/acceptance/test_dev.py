@@ -14,7 +14,7 @@ import httpx
 import psutil
 import trio
 
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
 from tests.conftest import wait_until
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.helpers import BffProcess, token
 
 CHECKS = ",".join(

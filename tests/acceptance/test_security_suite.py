@@ -14,7 +14,7 @@ import trio
 from dataplane.db import Database
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError
-from dataplane.manifest import OperationContext
+from dataplane.surfaces.manifest import OperationContext
 from dataplane.surfaces import all_surfaces
 from tests.acceptance.test_bff import STAFF, post
 from tests.helpers import bearer

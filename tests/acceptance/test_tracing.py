@@ -19,7 +19,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from quart import request
 from quart_trio import QuartTrio
 
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.conftest import wait_until
 from tests.helpers import BffProcess, WorkerProcess, bearer, read_sse, token
 

@@ -25,8 +25,8 @@ import httpx
 import psycopg
 import pytest
 
-from dataplane.clientdb import with_params
-from dataplane.embedded import free_port
+from dataplane.db import with_params
+from dataplane.dev.embedded import free_port
 from tests.helpers import JWT_SECRET, BffProcess, WorkerProcess, token
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import trio
 
-from dataplane.embedded import free_port
+from dataplane.dev.embedded import free_port
 from tests.helpers import JWT_SECRET, BffProcess, WorkerProcess, bearer, read_sse, token
 
 POST_RETRIES = 60  # a browser retrying a 503 / refused connection, bounded

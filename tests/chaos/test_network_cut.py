@@ -20,8 +20,8 @@ import pytest
 import trio
 
 from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.embedded import FAST_SETTINGS, EmbeddedPostgres
-from dataplane.migrate import migrate
+from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
+from dataplane.queue.migrations import migrate
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
 from tests.helpers import WorkerProcess, submit

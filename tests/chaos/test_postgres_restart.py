@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.embedded import FAST_SETTINGS, EmbeddedPostgres
-from dataplane.migrate import migrate
+from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
+from dataplane.queue.migrations import migrate
 from tests.chaos.harness import Stack, check_promises, drive
 
 

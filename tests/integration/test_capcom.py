@@ -23,9 +23,10 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from dataplane.db import Database
-from dataplane.embedded import free_port
+from dataplane.edge import RequireTrio
+from dataplane.dev.embedded import free_port
 from dataplane.worker import JobReport
-from telemetry.sender import CapcomSender
+from dataplane.worker.sender import CapcomSender
 from tests.conftest import wait_until
 
 TOKEN = "capcom-test-token-0123456789"
@@ -67,7 +68,7 @@ class Capcom:
 
 async def start_capcom(nursery: trio.Nursery) -> Capcom:
     """Serve a fresh capcom app on a free port (environment read at startup)."""
-    from telemetry.capcom import RequireTrioCapcom, create_app
+    from telemetry.capcom import REQUIRE_TRIO, create_app
 
     quart_app = create_app()
     config = Config()
@@ -77,7 +78,7 @@ async def start_capcom(nursery: trio.Nursery) -> Capcom:
     shutdown = trio.Event()
     binds = await nursery.start(
         functools.partial(
-            serve, cast(Any, RequireTrioCapcom(quart_app)), config, shutdown_trigger=shutdown.wait
+            serve, cast(Any, RequireTrio(quart_app, REQUIRE_TRIO)), config, shutdown_trigger=shutdown.wait
         )
     )
     return Capcom(binds[0], quart_app, shutdown)
@@ -299,7 +300,7 @@ async def test_metrics_when_enabled(
 ) -> None:
     # A stand-in for setup_telemetry: the real one would install global providers.
     from telemetry import capcom as capcom_module
-    from telemetry.otel import Telemetry
+    from dataplane.observability.otel import Telemetry
 
     monkeypatch.setattr(
         capcom_module, "setup_telemetry", lambda name: Telemetry(name, prometheus=True)
@@ -387,10 +388,10 @@ class FakeInstruments:
 
 @pytest.fixture
 def fake_metrics(monkeypatch: pytest.MonkeyPatch) -> FakeInstruments:
-    import telemetry.sender
+    import dataplane.worker.sender
 
     fake = FakeInstruments()
-    monkeypatch.setattr(telemetry.sender, "instruments", lambda: fake)
+    monkeypatch.setattr(dataplane.worker.sender, "instruments", lambda: fake)
     return fake
 
 
@@ -465,7 +466,7 @@ async def _assert_drops_without_blocking(
 async def test_capcom_down_report_never_blocks_and_drops_are_counted(
     nursery: trio.Nursery, fake_metrics: FakeInstruments, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="telemetry.sender")
+    caplog.set_level(logging.WARNING, logger="dataplane.worker.sender")
     sender = CapcomSender(
         f"http://127.0.0.1:{free_port()}",
         TOKEN,
@@ -482,7 +483,7 @@ async def test_capcom_down_report_never_blocks_and_drops_are_counted(
 async def test_capcom_hanging_report_never_blocks_and_drops_are_counted(
     nursery: trio.Nursery, fake_metrics: FakeInstruments, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="telemetry.sender")
+    caplog.set_level(logging.WARNING, logger="dataplane.worker.sender")
     hanging = await open_hanging_listener(nursery)
     sender = CapcomSender(
         hanging.url,

@@ -380,20 +380,20 @@ def test_trace_links_point_at_tempo_and_jaeger_by_job_id() -> None:
 @pytest.fixture
 def exporter_names(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The series names the OpenTelemetry Prometheus exporter produces for every
-    instrument of telemetry.metrics (one value recorded on each)."""
+    instrument of dataplane.observability.metrics (one value recorded on each)."""
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.metrics import Counter, Histogram, UpDownCounter
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import REGISTRY, generate_latest
 
-    import telemetry.metrics
+    import dataplane.observability.metrics
 
     reader = PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     try:
         monkeypatch.setattr(otel_metrics, "get_meter", provider.get_meter)
-        instruments = telemetry.metrics.Instruments()
+        instruments = dataplane.observability.metrics.Instruments()
         for instrument in vars(instruments).values():
             if isinstance(instrument, Histogram):
                 instrument.record(1.0)

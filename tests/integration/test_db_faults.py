@@ -121,7 +121,7 @@ async def test_an_interrupted_completion_leaves_the_row_as_it_was(
 
 
 async def test_unreachable_database_raises_promptly(bridge: Any) -> None:
-    from dataplane.embedded import free_port
+    from dataplane.dev.embedded import free_port
 
     config = DatabaseConfig(
         f"host=127.0.0.1 port={free_port()} user=nobody dbname=none", connect_timeout=2

@@ -21,7 +21,7 @@ from pypdf import PdfReader
 from dataplane.db import Database
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError
-from dataplane.manifest import BlobResult, OperationContext, Surface
+from dataplane.surfaces.manifest import BlobResult, OperationContext, Surface
 from dataplane.surfaces import accounting, demo, learnerviews, skills, users
 
 ACME_BRANCHES = {"acme-east", "acme-north", "acme-south", "acme-west"}

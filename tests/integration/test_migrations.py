@@ -13,7 +13,7 @@ import trio
 
 from dataplane.db import DatabaseConfig, open_database
 from dataplane.errors import ConfigError
-from dataplane.migrate import available, migrate
+from dataplane.queue.migrations import available, migrate
 
 EXPECTED_TABLES = {"maestro_queues", "surface_result_blobs", "worker_runs", "dataplane_migrations"}
 

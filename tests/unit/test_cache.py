@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from dataplane.cache import SingleFlight, TtlCache
+from dataplane.worker.cache import SingleFlight, TtlCache
 from dataplane.errors import InvalidArgument
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError
-from dataplane.manifest import STAFF_ONLY, branch_in_scope, validate
+from dataplane.surfaces.manifest import STAFF_ONLY, branch_in_scope, validate
 
 SCHEMA = {
     "type": "object",

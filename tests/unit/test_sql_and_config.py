@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.config import Settings
+from dataplane.bff.config import BffConfig
+from dataplane.config import from_env
 from dataplane.errors import ConfigError
-from dataplane.sql import parse_queries, q, queries, sql_root
+from dataplane.queue import QueueConfig
+from dataplane.worker.config import WorkerConfig, WorkerProcessConfig
+from dataplane.db.sql import parse_queries, q, queries, sql_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,28 +57,62 @@ def test_every_statement_has_a_description() -> None:
                 assert lines[i + 1].startswith("-- "), f"{path.name}: {line} lacks a description"
 
 
+WORKER_ENV = {"SURFACE_QUEUE_TYPE": "surface-probe"}
+
+
 def test_settings_defaults() -> None:
-    s = Settings.from_env({})
-    assert s.queues_url is None and s.lease_seconds == 120 and s.renew_seconds == 60
-    assert s.idle_ms == 2000 and s.concurrency == 8 and s.inline_max_bytes == 262144
-    assert s.fail_backoff_seconds == 30 and s.max_dequeues == 5
-    assert s.sse_deadline_seconds == 60 and s.sweep_seconds == 5 and not s.probe_enabled
+    w = from_env(WorkerConfig, WORKER_ENV)
+    b = from_env(BffConfig, {})
+    assert b.queue.url is None and w.queue.lease_seconds == 120 and w.renew_seconds == 60
+    assert w.idle_ms == 2000 and w.concurrency == 8 and w.inline_max_bytes == 262144
+    assert w.queue.fail_backoff_seconds == 30 and b.queue.max_dequeues == 5
+    assert b.sse_deadline_seconds == 60 and b.sweep_seconds == 5
+    assert not b.surfaces.probe_enabled
     with pytest.raises(ConfigError, match="MAESTRO_QUEUES_URL"):
-        s.require_queues_url()
+        from_env(QueueConfig, {}).require_url()
+    with pytest.raises(ConfigError, match="SURFACE_QUEUE_TYPE is not set"):
+        from_env(WorkerConfig, {})
+
+
+def test_settings_come_from_the_environment() -> None:
+    env = {
+        **WORKER_ENV,
+        "MAESTRO_QUEUES_URL": "postgresql://q",
+        "MAESTRO_LEASE_SECONDS": "90",
+        "DATAPLANE_CONCURRENCY": "64",
+        "DATAPLANE_PROBE": "1",
+        "CAPCOM_URL": "http://capcom",
+        "DATAPLANE_METRICS_PORT": "9464",
+    }
+    p = from_env(WorkerProcessConfig, env)
+    assert p.worker.queue.url == "postgresql://q" and p.worker.queue.lease_seconds == 90
+    assert p.worker.concurrency == 64 and p.surfaces.probe_enabled
+    assert p.capcom_url == "http://capcom" and p.metrics_port == 9464
+    assert p.worker.worker_id.startswith("surface-probe@")
 
 
 @pytest.mark.parametrize(
-    ("env", "message"),
+    ("cls", "env", "message"),
     [
-        ({"MAESTRO_LEASE_SECONDS": "abc"}, "MAESTRO_LEASE_SECONDS must be a number"),
-        ({"MAESTRO_LEASE_SECONDS": "-1"}, "MAESTRO_LEASE_SECONDS must be >="),
-        ({"MAESTRO_LEASE_SECONDS": "10", "MAESTRO_RENEW_SECONDS": "20"}, "shorter than"),
-        ({"DATAPLANE_CONCURRENCY": "0"}, "DATAPLANE_CONCURRENCY must be >= 1"),
-        ({"DATAPLANE_IDLE_MS": "1.5"}, "DATAPLANE_IDLE_MS must be an integer"),
-        ({"DATAPLANE_QUEUE_SUFFIX": "-prod"}, "DATAPLANE_QUEUE_SUFFIX"),
-        ({"DATAPLANE_PROBE": "yes"}, "DATAPLANE_PROBE"),
+        (QueueConfig, {"MAESTRO_LEASE_SECONDS": "abc"}, "MAESTRO_LEASE_SECONDS must be a number"),
+        (QueueConfig, {"MAESTRO_LEASE_SECONDS": "-1"}, "MAESTRO_LEASE_SECONDS must be >="),
+        (
+            WorkerConfig,
+            {**WORKER_ENV, "MAESTRO_LEASE_SECONDS": "10", "MAESTRO_RENEW_SECONDS": "20"},
+            "MAESTRO_RENEW_SECONDS .* shorter than MAESTRO_LEASE_SECONDS",
+        ),
+        (
+            WorkerConfig,
+            {**WORKER_ENV, "DATAPLANE_CONCURRENCY": "0"},
+            "DATAPLANE_CONCURRENCY must be >= 1",
+        ),
+        (WorkerConfig, {**WORKER_ENV, "DATAPLANE_IDLE_MS": "1.5"}, "DATAPLANE_IDLE_MS must be an"),
+        (WorkerConfig, {"SURFACE_QUEUE_TYPE": "probe"}, "surface-<id>"),
+        (BffConfig, {"DATAPLANE_QUEUE_SUFFIX": "-prod"}, "DATAPLANE_QUEUE_SUFFIX"),
+        (BffConfig, {"DATAPLANE_PROBE": "yes"}, "DATAPLANE_PROBE"),
+        (BffConfig, {"MAESTRO_LEASE_SECONDS": "abc"}, "MAESTRO_LEASE_SECONDS must be a number"),
     ],
 )
-def test_settings_name_the_bad_variable(env: dict[str, str], message: str) -> None:
+def test_settings_name_the_bad_variable(cls: type, env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        Settings.from_env(env)
+        from_env(cls, env)

@@ -10,9 +10,10 @@ on every served surface's done channel, and a waiter map job id -> waiters.
   covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
   runs at once. The listener pings its connection when quiet, so a silently
   dropped link is found within one sweep.
-* A waiter is registered *before* the caller's immediate row check, so a job
-  that finishes in between is never missed (the done-before-LISTEN race).
-* Dropping a waiter (a browser went away) touches nothing else.
+* A waiter is added (:meth:`ReplyPump.add`) *before* the caller's immediate row
+  check, so a job that finishes in between is never missed (the
+  done-before-LISTEN race), and discarded (:meth:`ReplyPump.discard`) when its
+  stream ends. Discarding a waiter (a browser went away) touches nothing else.
 """
 
 from __future__ import annotations
@@ -20,23 +21,22 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
 from opentelemetry.trace import SpanKind
 
+from dataplane.bff.config import SWEEP_SECONDS
 from dataplane.db import Gap, Listener, Notification
+from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
 from dataplane.errors import DatabaseError
+from dataplane.observability.metrics import instruments
+from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow, QueueClient, done_channel
-from telemetry.metrics import instruments
-from telemetry.tracing import context_from, messaging, tracer
 
 log = logging.getLogger(__name__)
 
-SWEEP_SECONDS = 5.0
-LISTEN_PING_TIMEOUT = 2.0
 READ_BATCH = 1000  # job ids per statement
 
 
@@ -47,6 +47,7 @@ class Waiter:
     job_id: uuid.UUID
     _event: trio.Event = field(default_factory=trio.Event)
     row: JobRow | None = None
+    discarded: bool = False
 
     def deliver(self, row: JobRow) -> None:
         if self.row is None:
@@ -85,7 +86,7 @@ class ReplyPump:
         channels: Sequence[str],
         *,
         sweep_seconds: float = SWEEP_SECONDS,
-        reconnect_delays: Sequence[float] = (2.0, 5.0),
+        reconnect_delays: Sequence[float] = LISTEN_RECONNECT_DELAYS,
     ) -> None:
         self.queue = queue
         self.sweep_seconds = sweep_seconds
@@ -111,22 +112,24 @@ class ReplyPump:
     def listening(self) -> bool:
         return self.listener.connected
 
-    @contextmanager
-    def register(self, job_id: uuid.UUID) -> Iterator[Waiter]:
-        """Wait on ``job_id`` for the duration of the block."""
+    def add(self, job_id: uuid.UUID) -> Waiter:
+        """A new waiter on ``job_id``; :meth:`discard` it when it is no longer wanted."""
         waiter = Waiter(job_id)
         self._waiters.setdefault(job_id, set()).add(waiter)
-        gauge = instruments().waiters
-        gauge.add(1)
-        try:
-            yield waiter
-        finally:
-            gauge.add(-1)
-            waiters = self._waiters.get(job_id)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._waiters[job_id]
+        instruments().waiters.add(1)
+        return waiter
+
+    def discard(self, waiter: Waiter) -> None:
+        """Forget ``waiter`` (delivered or not); a second call does nothing."""
+        if waiter.discarded:
+            return
+        waiter.discarded = True
+        instruments().waiters.add(-1)
+        waiters = self._waiters.get(waiter.job_id)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter.job_id]
 
     def statistics(self) -> PumpStatistics:
         c = self._counters

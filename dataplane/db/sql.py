@@ -18,11 +18,11 @@ _HEADER = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
 
 def sql_root() -> Path:
     """The ``sql/`` directory: inside the installed package, or the source tree's."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sql", here.parent / "sql"):
+    package = Path(__file__).resolve().parents[1]  # dataplane/
+    for candidate in (package / "sql", package.parent / "sql"):
         if (candidate / "migrations").is_dir():
             return candidate
-    raise FileNotFoundError(f"no sql/ directory next to {here}")
+    raise FileNotFoundError(f"no sql/ directory in or next to {package}")
 
 
 def parse_queries(text: str, *, source: str = "<string>") -> dict[str, LiteralString]:

@@ -9,20 +9,22 @@ SIGTERM/SIGINT stop it gracefully (exit 0); a second signal skips the grace.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from contextlib import AsyncExitStack
 
 import trio
 
-from dataplane.clientdb import prove_read_only
-from dataplane.config import Settings
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.errors import ConfigError, DatabaseUnavailable
+from dataplane.observability.otel import prometheus_text, setup_telemetry
 from dataplane.queue import QueueClient
-from dataplane.sql import q
 from dataplane.surfaces import surface_for_queue_type
-from dataplane.worker import Reporter, Worker, WorkerConfig, default_worker_id
+from dataplane.surfaces.manifest import Surface
+from dataplane.worker.config import WorkerProcessConfig
+from dataplane.worker.readonly import prove_read_only
+from dataplane.worker.report import Reporter
+from dataplane.worker.sender import CapcomSender
+from dataplane.worker.service import Worker
 
 log = logging.getLogger(__name__)
 
@@ -30,42 +32,31 @@ BOOT_CONNECT_ATTEMPTS = 5  # tries to reach the queue DB at boot
 BOOT_CONNECT_DELAY = 2.0  # seconds between them
 
 
-async def serve_worker(settings: Settings, *, reporter: Reporter | None = None) -> int:
+async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None = None) -> int:
     """Boot checks, telemetry, then the worker until a signal stops it."""
-    from telemetry.otel import setup_telemetry
-
-    surface_id = (settings.queue_type or "").removeprefix("surface-").removesuffix("-dev")
-    telemetry = setup_telemetry("dataplane-worker", attributes={"dataplane.surface": surface_id})
+    surface, queue_type = surface_for_queue_type(
+        config.worker.queue_type, probe_enabled=config.surfaces.probe_enabled
+    )
+    telemetry = setup_telemetry(
+        "dataplane-worker", attributes={"dataplane.surface": queue_type.surface}
+    )
     try:
-        return await _serve_worker(settings, reporter=reporter, prometheus=telemetry.prometheus)
+        return await _serve_worker(config, surface, reporter, telemetry.prometheus)
     finally:
         telemetry.shutdown()
 
 
-async def _serve_worker(settings: Settings, *, reporter: Reporter | None, prometheus: bool) -> int:
-    if settings.queue_type is None:
-        raise ConfigError("SURFACE_QUEUE_TYPE is not set (surface-<id> or surface-<id>-dev)")
-    queues_url = settings.require_queues_url()
-    surface, _suffix = surface_for_queue_type(
-        settings.queue_type, probe_enabled=settings.probe_enabled
-    )
-    if surface.needs_client_db and settings.client_db_url is None:
+async def _serve_worker(
+    config: WorkerProcessConfig, surface: Surface, reporter: Reporter | None, prometheus: bool
+) -> int:
+    worker_config = config.worker
+    queues_url = worker_config.queue.require_url()
+    if surface.needs_client_db and config.client_db_url is None:
         raise ConfigError(
             f"CLIENT_DB_URL is not set; surface {surface.id!r} needs its read-only client DB"
         )
-    config = WorkerConfig(
-        queue_type=settings.queue_type,
-        worker_id=default_worker_id(settings.queue_type),
-        concurrency=settings.concurrency,
-        lease_seconds=settings.lease_seconds,
-        renew_seconds=settings.renew_seconds,
-        idle_ms=settings.idle_ms,
-        inline_max_bytes=settings.inline_max_bytes,
-        fail_backoff_seconds=settings.fail_backoff_seconds,
-        shutdown_grace_seconds=settings.shutdown_grace_seconds,
-    )
     queue_cfg = DatabaseConfig(
-        queues_url, pool_size=settings.concurrency + 4, application_name="dataplane-worker"
+        queues_url, pool_size=worker_config.concurrency + 4, application_name="dataplane-worker"
     )
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(open_bridge())
@@ -73,32 +64,29 @@ async def _serve_worker(settings: Settings, *, reporter: Reporter | None, promet
         await _wait_reachable(queue_db)
         client_db = None
         if surface.needs_client_db:
-            assert settings.client_db_url is not None
+            assert config.client_db_url is not None
             client_cfg = DatabaseConfig(
-                settings.client_db_url,
-                pool_size=settings.concurrency,
+                config.client_db_url,
+                pool_size=worker_config.concurrency,
                 application_name=f"dataplane-worker-{surface.id}",
                 read_only=True,
                 trace_statements=True,
             )
             client_db = await stack.enter_async_context(open_database(client_cfg))
             await prove_read_only(client_db)
-        if reporter is None and settings.capcom_url:
-            from telemetry.sender import CapcomSender
-
-            reporter = CapcomSender(settings.capcom_url, os.environ.get("CAPCOM_TOKEN", ""))
+        if reporter is None and config.capcom_url:
+            reporter = CapcomSender(config.capcom_url, config.capcom_token)
         worker = Worker(
-            config,
+            worker_config,
             surface,
-            QueueClient(queue_db, settings.queue_config()),
+            QueueClient(queue_db, worker_config.queue),
             client_db=client_db,
             reporter=reporter,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, worker)
-            port = os.environ.get("DATAPLANE_METRICS_PORT")
-            if prometheus and port:
-                await nursery.start(_serve_metrics, int(port))
+            if prometheus and config.metrics_port:
+                await nursery.start(_serve_metrics, config.metrics_port)
             await worker.run()
             nursery.cancel_scope.cancel()
     return 0
@@ -121,7 +109,6 @@ METRICS_READ_TIMEOUT = 5.0  # seconds a scraper may take to send its request
 
 async def _serve_metrics(port: int, *, task_status: trio.TaskStatus[None]) -> None:
     """A minimal HTTP endpoint for Prometheus: any GET gets the metrics text."""
-    from telemetry.otel import prometheus_text
 
     async def handle(stream: trio.SocketStream) -> None:
         with trio.move_on_after(METRICS_READ_TIMEOUT):

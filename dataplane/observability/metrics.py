@@ -1,7 +1,7 @@
 """Every metric instrument of the data plane, declared in this one place.
 
 Instruments come from the global meter provider, so they are no-ops until
-:func:`telemetry.otel.setup_telemetry` installs a real one. Prometheus names
+:func:`dataplane.observability.otel.setup_telemetry` installs a real one. Prometheus names
 (``DATAPLANE_METRICS=1``) are the OpenTelemetry names with dots as underscores
 and the unit appended, e.g. ``dataplane_queue_wait_milliseconds_bucket``.
 """

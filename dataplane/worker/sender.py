@@ -1,6 +1,6 @@
 """The capcom sender: a worker's finished-job reports, posted fire-and-forget.
 
-:class:`CapcomSender` is a :class:`dataplane.worker.Reporter`. The worker calls
+:class:`CapcomSender` is a :class:`~dataplane.worker.report.Reporter`. The worker calls
 :meth:`CapcomSender.report` after each job: it puts the report on a bounded Trio
 memory channel with ``send_nowait`` and returns. It never waits and never raises:
 with the channel full the report is dropped and counted (``queue_full``).
@@ -35,24 +35,21 @@ path only ever does ``send_nowait``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import trio
 
 from dataplane.errors import InvalidArgument
-from telemetry.metrics import instruments
-
-if TYPE_CHECKING:
-    from dataplane.worker import JobReport
+from dataplane.observability.metrics import instruments
+from dataplane.observability.report import JobReport, encode_report
 
 log = logging.getLogger(__name__)
 
@@ -66,22 +63,6 @@ RETRY_START = 0.5  # seconds of back-off after the first failed POST
 RETRY_MAX = 10.0  # back-off ceiling, seconds
 FLUSH_TIMEOUT = 1.0  # seconds the last POST on shutdown may take
 CLOSE_TIMEOUT = 1.0  # seconds to close the HTTP client on shutdown
-
-REPORT_FIELDS = (
-    "job_id",
-    "type",
-    "operation",
-    "outcome",
-    "wall_ms",
-    "cpu_ms",
-    "rss_bytes",
-    "queue_wait_ms",
-    "cache",
-    "coalesced",
-    "dequeue_count",
-    "worker_id",
-    "finished_at",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +79,7 @@ class SenderStatistics:
 
 
 class CapcomSender:
-    """Posts :class:`~dataplane.worker.JobReport` s to capcom; see the module docstring."""
+    """Posts job reports to capcom; see the module docstring."""
 
     def __init__(
         self,
@@ -232,8 +213,7 @@ class CapcomSender:
 
     def _encode(self, job: Any) -> bytes | None:
         try:
-            fields = {name: getattr(job, name) for name in REPORT_FIELDS}
-            return json.dumps(fields, separators=(",", ":"), allow_nan=False).encode()
+            return encode_report(job)
         except (AttributeError, TypeError, ValueError) as exc:
             self._drop("invalid", 1, f"a report cannot be encoded: {exc}")
             return None

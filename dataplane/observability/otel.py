@@ -19,12 +19,13 @@ used, so instrumented code costs next to nothing and exports nothing.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics, trace
+
+from dataplane.config import from_env, setting
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,22 @@ FLUSH_TIMEOUT_MS = 5000
 METRIC_EXPORT_INTERVAL_MS = 10_000
 
 
-def _endpoint(env: Mapping[str, str], signal: str) -> str | None:
-    return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
+@dataclass(frozen=True, slots=True)
+class TelemetryConfig:
+    """Which exporters a process gets (the SDK reads the rest of ``OTEL_*`` itself)."""
+
+    service_name: str | None = setting("OTEL_SERVICE_NAME", None)
+    traces_endpoint: str | None = setting(
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"), None
     )
+    metrics_endpoint: str | None = setting(
+        ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"), None
+    )
+    protocol: str = setting("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    metric_export_interval_ms: int = setting(
+        "OTEL_METRIC_EXPORT_INTERVAL", METRIC_EXPORT_INTERVAL_MS, minimum=1
+    )
+    prometheus: bool = setting("DATAPLANE_METRICS", False)
 
 
 @dataclass
@@ -62,14 +75,14 @@ def setup_telemetry(
     default_service: str,
     *,
     attributes: Mapping[str, str] | None = None,
-    env: Mapping[str, str] | None = None,
+    config: TelemetryConfig | None = None,
 ) -> Telemetry:
     """Install providers for this process; see the module docstring."""
-    env = os.environ if env is None else env
-    service = env.get("OTEL_SERVICE_NAME") or default_service
-    traces_endpoint = _endpoint(env, "TRACES")
-    metrics_endpoint = _endpoint(env, "METRICS")
-    prometheus = env.get("DATAPLANE_METRICS", "0") == "1"
+    config = config if config is not None else from_env(TelemetryConfig)
+    service = config.service_name or default_service
+    traces_endpoint = config.traces_endpoint
+    metrics_endpoint = config.metrics_endpoint
+    prometheus = config.prometheus
     telemetry = Telemetry(service)
     if not (traces_endpoint or metrics_endpoint or prometheus):
         return telemetry  # the API's no-op providers: nothing exported, nearly free
@@ -77,7 +90,7 @@ def setup_telemetry(
     from opentelemetry.sdk.resources import Resource
 
     resource = Resource.create({"service.name": service, **(attributes or {})})
-    grpc = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") == "grpc"
+    grpc = config.protocol == "grpc"
 
     if traces_endpoint:
         from opentelemetry.sdk.trace import TracerProvider
@@ -105,7 +118,7 @@ def setup_telemetry(
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[assignment]
                 OTLPMetricExporter,
             )
-        interval = int(env.get("OTEL_METRIC_EXPORT_INTERVAL", METRIC_EXPORT_INTERVAL_MS))
+        interval = config.metric_export_interval_ms
         readers.append(
             PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
         )

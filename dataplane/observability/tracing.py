@@ -1,4 +1,5 @@
-"""Tracing helpers: the tracer, W3C traceparent in and out, messaging attributes.
+"""Tracing helpers: the tracer, W3C traceparent in and out, messaging and database
+attributes.
 
 One trace per request: the BFF's server span -> ``send <type>`` (producer, whose
 context is stored in the envelope's ``traceparent``) -> the worker's
@@ -18,7 +19,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanContext, Tracer
+from opentelemetry.trace import Link, SpanContext, SpanKind, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -81,3 +82,14 @@ def messaging(
         if value is not None:
             attrs[f"dataplane.{key}"] = value
     return attrs
+
+
+def statement_span(query: object) -> Any:
+    """A client span for one SQL statement (the client DB's queries)."""
+    text = query if isinstance(query, str) else repr(query)
+    verb = text.lstrip().split(None, 1)[0].upper() if text.strip() else "SQL"
+    return tracer().start_as_current_span(
+        f"db {verb}",
+        kind=SpanKind.CLIENT,
+        attributes={"db.system.name": "postgresql", "db.query.text": text[:2000]},
+    )

@@ -1,11 +1,6 @@
-"""Client databases: proving a credential read-only, and the demo LMS data set.
-
-:func:`prove_read_only` is the worker's boot check: the credential it holds for
-the client DB must not be able to write anything it can see (no INSERT, UPDATE,
-DELETE or TRUNCATE on any table, no CREATE on any schema or on the database, not
-a superuser). :func:`create_demo_db` builds the seeded demo DB of
-``sql/client_demo/`` and its ``dataplane_ro`` role.
-"""
+"""The demo LMS client DB: :func:`create_demo_db` builds the seeded database of
+``sql/client_demo/`` and its read-only ``dataplane_ro`` role (``dataplane demo-db``,
+``dataplane dev``, the tests)."""
 
 from __future__ import annotations
 
@@ -16,34 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.db import Database, DatabaseConfig, open_database, q, with_params
+from dataplane.db.sql import sql_root
 from dataplane.errors import ConfigError
-from dataplane.sql import q, sql_root
 
 log = logging.getLogger(__name__)
 
 DEMO_DB_NAME = "dataplane_demo"
 DEMO_RO_ROLE = "dataplane_ro"
 SEED_TIMEOUT = 600.0  # seconds for one seed file
-
-
-async def prove_read_only(db: Database) -> None:
-    """Raise :class:`ConfigError` listing what the credential could write."""
-    rows = await db.fetchall(q("ro_write_privileges"))
-    if rows:
-        shown = ", ".join(f"{r['kind']} {r['name']}" for r in rows[:5])
-        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-        raise ConfigError(
-            f"CLIENT_DB_URL can write ({shown}{more}); the worker needs a read-only credential"
-        )
-
-
-def with_params(dsn: str, **changes: Any) -> str:
-    params = conninfo_to_dict(dsn)
-    params.update(changes)
-    return make_conninfo(**params)  # type: ignore[arg-type]
 
 
 def demo_files() -> list[Path]:

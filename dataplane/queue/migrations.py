@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import LiteralString
 
-from dataplane.db import Connection, Database
+from dataplane.db import Connection, Database, q
+from dataplane.db.sql import sql_root
 from dataplane.errors import ConfigError
-from dataplane.sql import q, sql_root
 
 log = logging.getLogger(__name__)
 

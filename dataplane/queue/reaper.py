@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.db import Database
+from dataplane.db import Database, q
 from dataplane.errors import InvalidArgument
-from dataplane.sql import q
 
 DONE_RETENTION_SECONDS = 24 * 3600.0
 POISON_RETENTION_SECONDS = 7 * 24 * 3600.0

@@ -25,214 +25,32 @@ Invariants:
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from psycopg.rows import DictRow
 
-from dataplane.db import MAX_IDENTIFIER_BYTES, Database, check_channel
+from dataplane.db import Database, check_channel, q
 from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
-from dataplane.sql import q
+from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
+from dataplane.queue.records import (
+    Blob,
+    ClaimedJob,
+    Completion,
+    EnqueueResult,
+    JobRow,
+    JsonText,
+    StoredBlob,
+    job_uuid,
+    to_json,
+)
+from dataplane.queue.types import QueueType, check_queue_type, check_status
 
-LEASE_SECONDS = 120.0  # claim lease
-FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
-MAX_DEQUEUES = 5  # poison cutoff written into new rows
-BLOB_TTL_SECONDS = 24 * 3600.0  # blob retention
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
 MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more
 MAX_ERROR_TEXT = 4000  # characters of last_error kept
 ENQUEUE_ATTEMPTS = 5  # races with a row finishing under our feet
-
-STATUSES = ("pending", "in_progress", "done", "poison")
-LIVE_STATUSES = ("pending", "in_progress")
-
-_TYPE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-
-
-def check_queue_type(queue_type: str) -> str:
-    """Validate a queue type: lower-case letters, digits, ``-`` and ``_``."""
-    if not isinstance(queue_type, str) or not _TYPE.fullmatch(queue_type):
-        raise InvalidArgument(
-            f"queue type must match {_TYPE.pattern} (e.g. 'surface-probe'), got {queue_type!r}"
-        )
-    for channel in (done_channel(queue_type), wake_channel(queue_type)):
-        if len(channel.encode()) > MAX_IDENTIFIER_BYTES:
-            raise InvalidArgument(f"queue type {queue_type!r} is too long for its channel names")
-    return queue_type
-
-
-def check_status(status: str) -> str:
-    if status not in STATUSES:
-        raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-    return status
-
-
-def done_channel(queue_type: str) -> str:
-    """``surface-x`` -> ``surface_x_done``; ``surface-x-dev`` -> ``surface_x_dev_done``.
-
-    Must agree with the SQL function ``maestro_done_channel``.
-    """
-    return queue_type.replace("-", "_") + "_done"
-
-
-def wake_channel(queue_type: str) -> str:
-    """The channel an enqueue notifies so an idle claimer wakes at once."""
-    return f"{queue_type}_enqueued"
-
-
-def to_json(value: Any, *, what: str = "value") -> str:
-    """Canonical compact JSON for a jsonb column; a clear error when impossible."""
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"{what} is not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text:
-        raise InvalidArgument(f"{what} contains a NUL character, which jsonb cannot store")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument(f"{what} contains an unpaired surrogate (not UTF-8)") from None
-    return text
-
-
-class JsonText(str):
-    """A result already serialised with :func:`to_json` (passed through as is)."""
-
-    __slots__ = ()
-
-
-def _check_positive(name: str, value: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise InvalidArgument(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _check_non_negative(name: str, value: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument(f"{name} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueResult:
-    job_id: uuid.UUID
-    coalesced: bool
-    status: str
-    traceparent: str | None = None  # of the row's envelope: the executing trace
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """A row as this claimer holds it; the fence is (id, worker_id, dequeue_count)."""
-
-    id: uuid.UUID
-    type: str
-    dedupe_key: str
-    payload: dict[str, Any]
-    dequeue_count: int
-    max_dequeues: int
-    created_at: datetime
-    claimed_at: datetime
-    lease_expires_at: datetime
-    worker_id: str
-
-    @property
-    def queue_wait_ms(self) -> float:
-        return (self.claimed_at - self.created_at).total_seconds() * 1000.0
-
-    @property
-    def last_attempt(self) -> bool:
-        return self.dequeue_count >= self.max_dequeues
-
-
-@dataclass(frozen=True, slots=True)
-class Blob:
-    content_type: str
-    data: bytes
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.data, bytes | bytearray | memoryview):
-            raise InvalidArgument("blob data must be bytes")
-        if not self.content_type or "/" not in self.content_type:
-            raise InvalidArgument(f"blob content type looks wrong: {self.content_type!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBlob:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    content_type: str
-    data: bytes
-    size: int
-    created_at: datetime
-    expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """One finished job for :meth:`QueueClient.complete_many`."""
-
-    job: ClaimedJob
-    result: Any
-    blob: Blob | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    """A queue row as readers (BFF, operators) see it."""
-
-    id: uuid.UUID
-    type: str
-    status: str
-    dedupe_key: str
-    payload: dict[str, Any]
-    result: Any
-    last_error: str | None
-    locked_by: str | None
-    dequeue_count: int
-    max_dequeues: int
-    available_at: datetime
-    lease_expires_at: datetime | None
-    created_at: datetime
-    claimed_at: datetime | None
-    completed_at: datetime | None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("done", "poison")
-
-
-def _job_uuid(value: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise InvalidArgument(f"not a job id: {value!r}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class QueueConfig:
-    lease_seconds: float = LEASE_SECONDS
-    fail_backoff_seconds: float = FAIL_BACKOFF_SECONDS
-    max_dequeues: int = MAX_DEQUEUES
-    blob_ttl_seconds: float = BLOB_TTL_SECONDS
-
-    def __post_init__(self) -> None:
-        _check_positive("lease_seconds", self.lease_seconds)
-        _check_non_negative("fail_backoff_seconds", self.fail_backoff_seconds)
-        _check_positive("blob_ttl_seconds", self.blob_ttl_seconds)
-        if not isinstance(self.max_dequeues, int) or self.max_dequeues < 1:
-            raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
 
 
 class QueueClient:
@@ -246,14 +64,14 @@ class QueueClient:
 
     async def enqueue(
         self,
-        queue_type: str,
+        queue_type: str | QueueType,
         dedupe_key: str,
         payload: Mapping[str, Any],
         *,
         max_dequeues: int | None = None,
     ) -> EnqueueResult:
         """Insert a job, or attach to the live one with the same dedupe key."""
-        check_queue_type(queue_type)
+        type_name = check_queue_type(queue_type)
         if not isinstance(dedupe_key, str) or not dedupe_key:
             raise InvalidArgument("dedupe_key must be a non-empty string")
         if not isinstance(payload, Mapping):
@@ -262,11 +80,10 @@ class QueueClient:
         if not isinstance(cutoff, int) or cutoff < 1:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {cutoff!r}")
         params = {
-            "type": queue_type,
+            "type": type_name,
             "dedupe_key": dedupe_key,
             "payload": to_json(payload, what="payload"),
             "max_dequeues": cutoff,
-            "wake_channel": wake_channel(queue_type),
         }
         for _ in range(ENQUEUE_ATTEMPTS):
             row = await self.db.fetchone(q("job_enqueue"), params)
@@ -283,24 +100,24 @@ class QueueClient:
 
     async def claim(
         self,
-        queue_type: str,
+        queue_type: str | QueueType,
         worker_id: str,
         *,
         limit: int = 1,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first."""
-        check_queue_type(queue_type)
+        type_name = check_queue_type(queue_type)
         if not worker_id:
             raise InvalidArgument("worker_id must be a non-empty string")
         if not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidArgument(f"limit must be an integer in 1..{MAX_CLAIM_BATCH}, got {limit}")
-        lease = _check_positive(
+        lease = check_positive(
             "lease_seconds", self.config.lease_seconds if lease_seconds is None else lease_seconds
         )
         rows = await self.db.fetchall(
             q("job_claim"),
-            {"type": queue_type, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
+            {"type": type_name, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
         )
         jobs = [_claimed(row, worker_id) for row in rows]
         jobs.sort(key=lambda j: j.created_at)
@@ -312,7 +129,7 @@ class QueueClient:
         """Extend the leases of held jobs; returns the ids still held (others are lost)."""
         if not jobs:
             return set()
-        lease = _check_positive(
+        lease = check_positive(
             "lease_seconds", self.config.lease_seconds if lease_seconds is None else lease_seconds
         )
         rows = await self.db.fetchall(
@@ -368,7 +185,7 @@ class QueueClient:
         """An unexpected error: back to ``pending`` after the backoff, or ``poison`` at the
         cutoff (with a done notify). Returns the new status; :class:`LeaseLost` if not held.
         """
-        backoff = _check_non_negative(
+        backoff = check_non_negative(
             "backoff_seconds",
             self.config.fail_backoff_seconds if backoff_seconds is None else backoff_seconds,
         )
@@ -397,34 +214,37 @@ class QueueClient:
     # -- readers ----------------------------------------------------------
 
     async def get(self, job_id: uuid.UUID | str) -> JobRow | None:
-        row = await self.db.fetchone(q("job_get"), {"id": _job_uuid(job_id)})
+        row = await self.db.fetchone(q("job_get"), {"id": job_uuid(job_id)})
         return JobRow.from_row(row) if row is not None else None
 
     async def get_finished_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
         """The finished (done or poison) jobs among ``job_ids``."""
-        ids = [_job_uuid(j) for j in job_ids]
+        ids = [job_uuid(j) for j in job_ids]
         if not ids:
             return []
         rows = await self.db.fetchall(q("job_get_finished_many"), {"ids": ids})
         return [JobRow.from_row(row) for row in rows]
 
     async def list_jobs(
-        self, *, status: str | None = None, queue_type: str | None = None, limit: int = 50
+        self,
+        *,
+        status: str | None = None,
+        queue_type: str | QueueType | None = None,
+        limit: int = 50,
     ) -> list[JobRow]:
         if status is not None:
             check_status(status)
-        if queue_type is not None:
-            check_queue_type(queue_type)
+        type_name = check_queue_type(queue_type) if queue_type is not None else None
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidArgument(f"limit must be in 1..10000, got {limit}")
         rows = await self.db.fetchall(
-            q("job_list"), {"status": status, "type": queue_type, "limit": limit}
+            q("job_list"), {"status": status, "type": type_name, "limit": limit}
         )
         return [JobRow.from_row(row) for row in rows]
 
     async def retry(self, job_id: uuid.UUID | str) -> bool:
         """Re-drive a poison job; False if it is not poison (or does not exist)."""
-        row = await self.db.fetchone(q("job_retry"), {"id": _job_uuid(job_id)})
+        row = await self.db.fetchone(q("job_retry"), {"id": job_uuid(job_id)})
         return row is not None
 
     async def counts(self) -> list[tuple[str, str, int]]:
@@ -432,7 +252,7 @@ class QueueClient:
         return [(row["type"], row["status"], row["n"]) for row in rows]
 
     async def get_blob(self, job_id: uuid.UUID | str) -> StoredBlob | None:
-        row = await self.db.fetchone(q("blob_get"), {"job_id": _job_uuid(job_id)})
+        row = await self.db.fetchone(q("blob_get"), {"job_id": job_uuid(job_id)})
         if row is None:
             return None
         return StoredBlob(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError, InvalidArgument
+from dataplane.queue import QueueType
 
 if TYPE_CHECKING:
     from dataplane.db import Database
@@ -234,8 +235,9 @@ class Surface:
         except KeyError:
             raise HttpError(404, f"unknown operation {name!r} on surface {self.id!r}") from None
 
-    def queue_type(self, suffix: str = "") -> str:
-        return f"surface-{self.id}{suffix}"
+    def queue_type(self, suffix: str = "") -> QueueType:
+        """This surface's queue type on the tier of ``suffix`` (``""`` or ``"-dev"``)."""
+        return QueueType(self.id, suffix)
 
 
 def surface_of(

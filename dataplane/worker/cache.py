@@ -93,6 +93,12 @@ class TtlCache:
         self._invalidations += len(keys)
         return len(keys)
 
+    def clear(self) -> None:
+        """Drop every entry (counted as invalidations)."""
+        self._invalidations += len(self._entries)
+        self._entries.clear()
+        self._by_tag.clear()
+
     def keys(self) -> list[str]:
         """Keys, oldest first."""
         return list(self._entries)

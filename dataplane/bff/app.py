@@ -1,0 +1,83 @@
+"""The surface BFF: ``hypercorn -k trio dataplane.app:app``.
+
+:func:`create_app` builds the Quart-Trio app: the routes of
+:mod:`dataplane.bff.routes`, the shared error handling of :mod:`dataplane.edge`,
+and a lifespan that reads :class:`~dataplane.bff.config.BffConfig` and starts the
+plane (:func:`~dataplane.bff.plane.serve_plane`) in a task of the app's nursery:
+the pump has executed LISTEN before the server accepts streams (or, with the DB
+down, after a bounded wait; ``/readyz`` tells). Without ``MAESTRO_QUEUES_URL`` or
+a JWT key, every plane route answers 503 saying what is missing, and ``/healthz``
+still answers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+from quart_trio import QuartTrio
+
+from dataplane.bff.auth import JwtVerifier, StreamTokens
+from dataplane.bff.config import BffConfig
+from dataplane.bff.plane import BffState, serve_plane
+from dataplane.bff.routes import MAX_BODY_BYTES, routes
+from dataplane.config import from_env
+from dataplane.edge import RequireTrio, install_error_handlers, log_to_stderr
+from dataplane.observability.otel import setup_telemetry
+
+log = logging.getLogger(__name__)
+
+BODY_TIMEOUT = 10  # seconds a client may take to send its body
+STARTUP_WAIT = 10.0  # seconds to wait for LISTEN before serving anyway
+REQUIRE_TRIO = (
+    "dataplane.app must be served under Trio: run `hypercorn -k trio dataplane.app:app` "
+    "(Hypercorn's asyncio worker cannot run the Trio-based data plane)"
+)
+
+
+def create_app() -> QuartTrio:
+    app = QuartTrio(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
+    app.config["JSON_SORT_KEYS"] = False
+    state = BffState()
+    app.extensions["dataplane"] = state  # the plane, for operators' tools and tests
+    install_error_handlers(app, max_body_bytes=MAX_BODY_BYTES)
+    app.register_blueprint(routes)
+
+    @app.before_serving
+    async def start_plane() -> None:
+        log_to_stderr("dataplane", "telemetry")  # Hypercorn configures only its own
+        if state.telemetry is None:
+            state.telemetry = setup_telemetry("dataplane-bff")
+        config = state.config = from_env(BffConfig)
+        missing = config.missing()
+        if missing:
+            state.why = "the data plane is not configured: set " + " and ".join(missing)
+            log.warning("%s; plane routes answer 503", state.why)
+            return
+        jwt = config.jwt
+        verifier = JwtVerifier.from_settings(
+            secret=jwt.secret,
+            public_key=jwt.public_key,
+            audience=jwt.audience,
+            issuer=jwt.issuer,
+        )
+        tokens = StreamTokens.from_settings(jwt.stream_secret, jwt.secret)
+        ready = trio.Event()
+        app.nursery.start_soon(serve_plane, config, verifier, tokens, state, ready)
+        with trio.move_on_after(STARTUP_WAIT):
+            await ready.wait()
+        if not ready.is_set():
+            log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
+
+    @app.after_serving
+    async def flush_telemetry() -> None:
+        if state.telemetry is not None:
+            state.telemetry.shutdown()
+
+    return app
+
+
+quart_app = create_app()
+app = RequireTrio(quart_app, REQUIRE_TRIO)

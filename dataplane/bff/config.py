@@ -1,0 +1,51 @@
+"""The BFF's configuration (read by :func:`dataplane.config.from_env` at startup)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataplane.config import nested, setting
+from dataplane.queue import QueueConfig
+from dataplane.queue.types import SUFFIXES
+from dataplane.surfaces import SurfacesConfig
+
+SSE_DEADLINE_SECONDS = 60.0  # per-stream deadline, then event: error TIMEOUT
+SWEEP_SECONDS = 5.0  # reply pump sweep cadence
+POOL_SIZE = 20  # queue DB connections of one BFF process
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """How callers' tokens are verified, and the key of the stream/poll/blob URL tokens."""
+
+    secret: str | None = setting("DATAPLANE_JWT_SECRET", None)
+    public_key: str | None = setting("DATAPLANE_JWT_PUBLIC_KEY", None)
+    audience: str | None = setting("DATAPLANE_JWT_AUDIENCE", None)
+    issuer: str | None = setting("DATAPLANE_JWT_ISSUER", None)
+    stream_secret: str | None = setting("DATAPLANE_STREAM_SECRET", None)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.secret or self.public_key)
+
+
+@dataclass(frozen=True, slots=True)
+class BffConfig:
+    queue: QueueConfig = nested(QueueConfig)
+    jwt: JwtConfig = nested(JwtConfig)
+    surfaces: SurfacesConfig = nested(SurfacesConfig)
+    queue_suffix: str = setting("DATAPLANE_QUEUE_SUFFIX", "", choices=SUFFIXES)
+    sse_deadline_seconds: float = setting(
+        "DATAPLANE_SSE_DEADLINE_SECONDS", SSE_DEADLINE_SECONDS, minimum=0.001
+    )
+    sweep_seconds: float = setting("DATAPLANE_SWEEP_SECONDS", SWEEP_SECONDS, minimum=0.001)
+    pool_size: int = POOL_SIZE
+
+    def missing(self) -> list[str]:
+        """What must still be set before the plane can serve (empty when nothing)."""
+        missing = []
+        if self.queue.url is None:
+            missing.append("MAESTRO_QUEUES_URL (the queue database)")
+        if not self.jwt.configured:
+            missing.append("DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY")
+        return missing

@@ -1,0 +1,138 @@
+"""Reading a job for a caller, and the answer a finished job gives.
+
+A job is readable only by a caller whose surface, client and scope key match its
+envelope; anyone else gets 404 (not 403: job ids are not to be probed). The
+caller is known from the signed token of a stream/poll/blob URL or, without one,
+from the bearer JWT.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from quart import request
+
+from dataplane.bff.auth import AuthError, StreamGrant
+from dataplane.bff.plane import Plane
+from dataplane.bff.urls import blob_url
+from dataplane.edge import ApiError
+from dataplane.envelope import Auth
+from dataplane.errors import DatabaseUnavailable
+from dataplane.queue import JobRow
+from dataplane.surfaces.manifest import Surface
+
+T = TypeVar("T")
+
+
+def bearer(p: Plane) -> Auth:
+    """The caller of this request, from its ``Authorization: Bearer`` JWT (401 otherwise)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "send Authorization: Bearer <token>")
+    try:
+        return p.verifier.verify(token.strip())
+    except AuthError as exc:
+        raise ApiError(401, str(exc)) from None
+
+
+async def queue_call(call: Awaitable[T]) -> T:
+    """Await a queue call; an unreachable queue DB answers 503."""
+    try:
+        return await call
+    except DatabaseUnavailable as exc:
+        raise ApiError(503, f"the queue is unreachable: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class JobTarget:
+    """A job id and who asks for it (authenticated, not yet checked against the row)."""
+
+    job_id: uuid.UUID
+    client: str
+    scope_key: str
+    grant: StreamGrant | None
+
+
+def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
+    """Parse the job id and authenticate the caller (URL token, else bearer JWT)."""
+    try:
+        jid = uuid.UUID(job_id)
+    except ValueError:
+        raise ApiError(404, "no such job") from None
+    token = request.args.get("token")
+    if not token:
+        auth = bearer(p)
+        return JobTarget(jid, auth.client, auth.scope_key, None)
+    try:
+        grant = p.tokens.check(token)
+    except AuthError as exc:
+        raise ApiError(401, str(exc)) from None
+    if grant.job_id != str(jid) or grant.surface != surface.id:
+        raise ApiError(404, "no such job")
+    return JobTarget(jid, grant.client, grant.scope_key, grant)
+
+
+async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
+    """The job's row, if ``target``'s caller may read it; 404 for every other case."""
+    row = await queue_call(p.queue.get(target.job_id))
+    if row is None or row.type != p.queue_type(surface).name:
+        raise ApiError(404, "no such job")
+    owner = row.payload.get("auth") if isinstance(row.payload, dict) else None
+    if (
+        not isinstance(owner, dict)
+        or owner.get("client") != target.client
+        or owner.get("scopeKey") != target.scope_key
+    ):
+        raise ApiError(404, "no such job")
+    return row
+
+
+def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
+    """The body of a finished job: the ``done`` event's data and the poll answer."""
+    out: dict[str, Any] = {"jobId": str(row.id), "status": row.status}
+    attached = bool(grant and grant.coalesced)
+    if row.status == "poison":
+        out["error"] = {
+            "status": 500,
+            "code": "POISON",
+            "message": f"the job failed {row.dequeue_count} time(s) and was parked: "
+            + (row.last_error or "unknown error").splitlines()[-1][:500],
+        }
+        out["coalesced"] = attached
+        return out | _timings(row)
+    result = row.result if isinstance(row.result, dict) else {"data": row.result}
+    if "error" in result:
+        out["error"] = result["error"]
+    elif "blobRef" in result:
+        out["blobRef"] = _blob_ref(p, row, result["blobRef"], attached)
+    else:
+        out["result"] = result.get("data")
+    out["cache"] = result.get("cache", "bypass")
+    out["coalesced"] = bool(result.get("coalesced")) or attached
+    return out | _timings(row)
+
+
+def _blob_ref(p: Plane, row: JobRow, stored: dict[str, Any], attached: bool) -> dict[str, Any]:
+    """The stored reference, with the blob's URL and a token bound to the row's owner."""
+    surface = str(row.payload.get("surface"))
+    owner = row.payload["auth"]
+    grant = StreamGrant(
+        str(row.id), surface, str(owner["client"]), str(owner["scopeKey"]), attached
+    )
+    return {**stored, "url": blob_url(surface, str(row.id), p.tokens.mint(grant))}
+
+
+def _timings(row: JobRow) -> dict[str, Any]:
+    """Queue wait and run time of the execution that answered, from the row."""
+    if row.claimed_at is None or row.completed_at is None:
+        return {}
+    return {
+        "timings": {
+            "queueMs": round((row.claimed_at - row.created_at).total_seconds() * 1000, 1),
+            "runMs": round((row.completed_at - row.claimed_at).total_seconds() * 1000, 1),
+        }
+    }

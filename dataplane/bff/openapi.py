@@ -1,0 +1,264 @@
+"""The OpenAPI 3.1 document: every route, and every operation's parameter schema.
+
+Generated from the manifest, so the schemas the BFF validates with are the ones
+published. The POST body of each surface is a ``oneOf`` over its operations,
+each fixing ``operation`` with ``const``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dataplane import __version__
+from dataplane.surfaces.manifest import Surface
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+SSE_EVENT = {
+    "type": "object",
+    "description": "One event: queued, then done, or error with code TIMEOUT or POISON",
+    "properties": {
+        "event": {"enum": ["queued", "done", "error"]},
+        "data": {"type": "string", "description": "JSON: the job's status or answer"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+
+
+def _error_responses(*statuses: int) -> dict[str, Any]:
+    text = {
+        400: "Bad request: malformed body, unknown operation field or parameter mismatch",
+        401: "No, invalid or expired token",
+        403: "A gate refused the caller",
+        404: "Unknown surface, operation or job (or not the caller's)",
+        413: "Body over 64 KiB",
+        415: "Body is not application/json",
+        503: "Plane not configured, or queue DB unreachable",
+    }
+    return {
+        str(s): {"description": text[s], "content": {"application/json": {"schema": ERROR}}}
+        for s in statuses
+    }
+
+
+def _operation_schema(surface: Surface) -> dict[str, Any]:
+    variants = []
+    for op in surface.operations.values():
+        variants.append(
+            {
+                "title": f"{surface.id}.{op.name}",
+                "description": op.description
+                + (f" Cached {op.ttl_seconds:g}s." if op.cacheable else " Always fresh.")
+                + "".join(f" Gate: {g.description}." for g in op.gates),
+                "type": "object",
+                "properties": {"operation": {"const": op.name}, "params": dict(op.params)},
+                "required": ["operation", "params"] if op.params.get("required") else ["operation"],
+                "additionalProperties": False,
+            }
+        )
+    return {"oneOf": variants}
+
+
+SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
+JOB_PARAMS: list[dict[str, Any]] = [
+    {"name": "jobId", "in": "path", "required": True, "schema": {"type": "string"}},
+    {
+        "name": "token",
+        "in": "query",
+        "required": False,
+        "description": "the signed stream token from streamUrl/pollUrl (instead of a bearer)",
+        "schema": {"type": "string"},
+    },
+]
+
+
+def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for sid, surface in sorted(surfaces.items()):
+        paths.update(_surface_paths(sid, surface))
+    paths.update(FIXED_PATHS)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Surface Data Plane", "version": __version__},
+        "paths": paths,
+        "components": COMPONENTS,
+    }
+
+
+def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
+    """The four routes of one surface: enqueue, poll, stream, blob."""
+    paths: dict[str, Any] = {}
+    base = f"/api/{sid}/q"
+    paths[base] = {
+        "post": {
+            "operationId": f"{sid}_enqueue",
+            "summary": f"Enqueue a {sid} query",
+            "description": surface.description,
+            "security": SECURITY,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _operation_schema(surface)}},
+            },
+            "responses": {
+                "202": {
+                    "description": "Queued (or attached to an identical live job)",
+                    "headers": {
+                        "Location": {"schema": {"type": "string"}},
+                        "Retry-After": {"schema": {"type": "string"}},
+                    },
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Queued"}}
+                    },
+                },
+                **_error_responses(400, 401, 403, 404, 413, 415, 503),
+            },
+        }
+    }
+    paths[base + "/{jobId}"] = {
+        "get": {
+            "operationId": f"{sid}_poll",
+            "summary": "Poll a job",
+            "security": SECURITY,
+            "parameters": JOB_PARAMS,
+            "responses": {
+                "200": {
+                    "description": "The finished job's answer",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}
+                    },
+                },
+                "202": {
+                    "description": "Still live",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
+                    },
+                },
+                **_error_responses(401, 404, 503),
+            },
+        }
+    }
+    paths[base + "/{jobId}/stream"] = {
+        "get": {
+            "operationId": f"{sid}_stream",
+            "summary": "Server-Sent Events: queued, then done or error (TIMEOUT, POISON)",
+            "security": SECURITY,
+            "parameters": [
+                *JOB_PARAMS,
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "An event stream",
+                    "content": {"text/event-stream": {"schema": SSE_EVENT}},
+                },
+                "204": {"description": "Last-Event-ID says the answer was delivered"},
+                **_error_responses(401, 404, 503),
+            },
+        }
+    }
+    paths[base + "/{jobId}/blob"] = {
+        "get": {
+            "operationId": f"{sid}_blob",
+            "summary": "The job's result blob",
+            "security": SECURITY,
+            "parameters": JOB_PARAMS,
+            "responses": {
+                "200": {
+                    "description": "The blob's bytes, with its content type",
+                    "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                },
+                **_error_responses(401, 404, 503),
+            },
+        }
+    }
+    return paths
+
+
+FIXED_PATHS: dict[str, Any] = {}
+FIXED_PATHS["/healthz"] = {
+    "get": {
+        "operationId": "healthz",
+        "summary": "Liveness",
+        "responses": {"200": {"description": "alive"}},
+    }
+}
+FIXED_PATHS["/readyz"] = {
+    "get": {
+        "operationId": "readyz",
+        "summary": "Readiness: queue DB reachable and LISTEN up",
+        "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+    }
+}
+
+COMPONENTS: dict[str, Any] = {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+    "schemas": {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["status", "code", "message"],
+                    "properties": {
+                        "status": {"type": "integer"},
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                }
+            },
+        },
+        "Queued": {
+            "type": "object",
+            "required": ["jobId", "streamUrl", "pollUrl", "coalesced"],
+            "properties": {
+                "jobId": {"type": "string", "format": "uuid"},
+                "streamUrl": {"type": "string"},
+                "pollUrl": {"type": "string"},
+                "coalesced": {"type": "boolean"},
+            },
+        },
+        "Live": {
+            "type": "object",
+            "required": ["jobId", "status"],
+            "properties": {
+                "jobId": {"type": "string"},
+                "status": {"enum": ["pending", "in_progress"]},
+            },
+        },
+        "Answer": {
+            "type": "object",
+            "required": ["jobId", "status"],
+            "properties": {
+                "jobId": {"type": "string"},
+                "status": {"enum": ["done", "poison"]},
+                "result": {},
+                "error": {"type": "object"},
+                "blobRef": {
+                    "type": "object",
+                    "properties": {
+                        "url": {"type": "string"},
+                        "contentType": {"type": "string"},
+                        "size": {"type": "integer"},
+                        "filename": {"type": "string"},
+                    },
+                },
+                "cache": {"enum": ["hit", "miss", "bypass"]},
+                "coalesced": {"type": "boolean"},
+                "timings": {
+                    "type": "object",
+                    "description": "queue wait and run time of the answering execution",
+                    "properties": {
+                        "queueMs": {"type": "number"},
+                        "runMs": {"type": "number"},
+                    },
+                },
+            },
+        },
+    },
+}

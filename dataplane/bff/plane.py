@@ -1,0 +1,76 @@
+"""The plane: everything a plane route needs, built once per BFF process.
+
+:func:`serve_plane` is its lifetime, a task of the app's lifespan nursery: the
+bridge loop, the queue DB pool and the reply pump, until the app shuts down.
+:class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
+plane once it is up, or why it is not.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from dataplane.bff.auth import JwtVerifier, StreamTokens
+from dataplane.bff.config import BffConfig
+from dataplane.bff.pump import ReplyPump
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.observability.otel import Telemetry
+from dataplane.queue import QueueClient, QueueType
+from dataplane.surfaces import all_surfaces
+from dataplane.surfaces.manifest import Surface
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Plane:
+    """The queue DB, the reply pump and the verifiers of one BFF process."""
+
+    config: BffConfig
+    surfaces: dict[str, Surface]
+    db: Database
+    queue: QueueClient
+    pump: ReplyPump
+    verifier: JwtVerifier
+    tokens: StreamTokens
+
+    def queue_type(self, surface: Surface) -> QueueType:
+        return surface.queue_type(self.config.queue_suffix)
+
+
+@dataclass
+class BffState:
+    """The app's state: the plane once it serves, else why the plane routes answer 503."""
+
+    plane: Plane | None = None
+    why: str = "the data plane is starting"
+    config: BffConfig | None = None
+    telemetry: Telemetry | None = None
+
+
+async def serve_plane(
+    config: BffConfig,
+    verifier: JwtVerifier,
+    tokens: StreamTokens,
+    state: BffState,
+    ready: trio.Event,
+) -> None:
+    """The plane's lifetime: bridge loop, pool and pump, until the app shuts down."""
+    url = config.queue.require_url()
+    surfaces = all_surfaces(probe_enabled=config.surfaces.probe_enabled)
+    db_config = DatabaseConfig(url, pool_size=config.pool_size, application_name="dataplane-bff")
+    async with open_bridge(), open_database(db_config) as db:
+        queue = QueueClient(db, config.queue)
+        channels = [s.queue_type(config.queue_suffix).done_channel for s in surfaces.values()]
+        pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
+        state.plane = Plane(config, surfaces, db, queue, pump, verifier, tokens)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            await pump.listener.wait_connected()
+            ready.set()
+            log.info(
+                "BFF ready: %d surface(s), listening on %s", len(surfaces), ", ".join(channels)
+            )

@@ -1,0 +1,303 @@
+"""The BFF's routes (all plane routes under ``/api/<surface>/``; JSON in, JSON out)::
+
+    POST /api/<surface>/q                  enqueue -> 202 {jobId, streamUrl, pollUrl, coalesced}
+    GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
+    GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live
+    GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
+    GET  /healthz  /readyz  /openapi.json  /metrics  /  /static/<name>
+
+Errors are ``{"error": {"status", "code", "message"}}`` (:mod:`dataplane.edge`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+from opentelemetry.trace import SpanKind
+from quart import Blueprint, Response, current_app, request
+
+from dataplane.bff.auth import StreamGrant
+from dataplane.bff.jobs import answer, bearer, job_target, queue_call, read_job
+from dataplane.bff.openapi import openapi_document
+from dataplane.bff.plane import BffState, Plane
+from dataplane.bff.sse import EVENT_FINAL, job_events
+from dataplane.bff.urls import poll_url, stream_url
+from dataplane.db import q
+from dataplane.edge import ApiError, json_response, prometheus_response, server_span
+from dataplane.envelope import Envelope
+from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError, InvalidArgument
+from dataplane.observability.metrics import instruments
+from dataplane.observability.otel import prometheus_text
+from dataplane.observability.tracing import current_traceparent, links_to, messaging, tracer
+from dataplane.surfaces import all_surfaces
+from dataplane.surfaces.manifest import Surface
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_JSON_DEPTH = 32  # nesting levels a request body may have
+READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
+RETRY_AFTER_SECONDS = 1
+STATIC = Path(__file__).resolve().parent / "static"
+STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".ts": "text/plain; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
+routes = Blueprint("dataplane", __name__)
+
+
+def state() -> BffState:
+    current: BffState = current_app.extensions["dataplane"]
+    return current
+
+
+def plane() -> Plane:
+    """The plane, or 503 saying why it is not serving."""
+    s = state()
+    if s.plane is None:
+        raise ApiError(503, s.why, "NOT_CONFIGURED")
+    return s.plane
+
+
+def probe_enabled() -> bool:
+    config = state().config
+    return config is not None and config.surfaces.probe_enabled
+
+
+def surface_of(p: Plane, surface_id: str) -> Surface:
+    surface = p.surfaces.get(surface_id)
+    if surface is None:
+        raise ApiError(404, f"unknown surface {surface_id!r}")
+    return surface
+
+
+# -- the plane ----------------------------------------------------------------
+
+
+@routes.post("/api/<surface_id>/q")
+@server_span("/api/{surface}/q")
+async def enqueue(surface_id: str) -> Response:
+    p = plane()
+    surface = surface_of(p, surface_id)
+    if request.mimetype != "application/json":
+        raise ApiError(415, "send the body as application/json")
+    auth = bearer(p)
+    operation_name, params = parse_query(await json_body())
+    try:
+        op = surface.operation(operation_name)
+        params = op.check(auth, params)
+    except HttpError as exc:
+        raise ApiError(exc.status, exc.message) from None
+    queue_type = p.queue_type(surface)
+    with tracer().start_as_current_span(
+        f"send {queue_type}",
+        kind=SpanKind.PRODUCER,
+        attributes=messaging("send", queue_type.name, surface=surface.id, operation=op.name),
+    ) as send:
+        env = Envelope(surface.id, op.name, op.version, params, auth, current_traceparent())
+        try:
+            result = await p.queue.enqueue(queue_type, env.dedupe_key, env.to_json())
+        except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
+            raise ApiError(400, f"params: {exc}") from None
+        except DatabaseUnavailable as exc:
+            raise ApiError(503, f"the queue is unreachable: {exc}") from None
+        job_id = str(result.job_id)
+        send.set_attribute("messaging.message.id", job_id)
+        send.set_attribute("dataplane.coalesced", result.coalesced)
+        if result.coalesced:
+            # Attached to a live job: link to the trace that executes it.
+            for link in links_to(result.traceparent):
+                send.add_link(link.context, {"dataplane.link": "coalesced"})
+    metrics = instruments()
+    metrics.enqueued.add(1, {"surface": surface.id, "operation": op.name})
+    if result.coalesced:
+        metrics.coalesced.add(1, {"layer": "transport", "surface": surface.id})
+    token = p.tokens.mint(
+        StreamGrant(job_id, surface.id, auth.client, auth.scope_key, result.coalesced)
+    )
+    body = {
+        "jobId": job_id,
+        "streamUrl": stream_url(surface.id, job_id, token),
+        "pollUrl": poll_url(surface.id, job_id, token),
+        "coalesced": result.coalesced,
+    }
+    resp = json_response(body, 202)
+    resp.headers["Location"] = body["pollUrl"]
+    resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return resp
+
+
+@routes.get("/api/<surface_id>/q/<job_id>")
+@server_span("/api/{surface}/q/{jobId}")
+async def poll(surface_id: str, job_id: str) -> Response:
+    p = plane()
+    surface = surface_of(p, surface_id)
+    target = job_target(p, surface, job_id)
+    row = await read_job(p, surface, target)
+    if not row.finished:
+        resp = json_response({"jobId": str(row.id), "status": row.status}, 202)
+        resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return resp
+    return json_response(answer(p, row, target.grant))
+
+
+@routes.get("/api/<surface_id>/q/<job_id>/blob")
+@server_span("/api/{surface}/q/{jobId}/blob")
+async def blob(surface_id: str, job_id: str) -> Response:
+    p = plane()
+    surface = surface_of(p, surface_id)
+    row = await read_job(p, surface, job_target(p, surface, job_id))
+    stored = await queue_call(p.queue.get_blob(row.id))
+    if stored is None:
+        raise ApiError(404, "no blob for this job (it may have expired)")
+    resp = Response(stored.data, mimetype=stored.content_type)
+    resp.headers["Content-Length"] = str(stored.size)
+    ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
+    if isinstance(ref, dict) and isinstance(ref.get("filename"), str):
+        name = ref["filename"].replace('"', "")
+        resp.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    resp.headers["Cache-Control"] = "private, max-age=3600"
+    return resp
+
+
+@routes.get("/api/<surface_id>/q/<job_id>/stream")
+async def stream(surface_id: str, job_id: str) -> Response:
+    p = plane()
+    surface = surface_of(p, surface_id)
+    last_id = last_event_id()
+    target = job_target(p, surface, job_id)
+    # The waiter goes in before the row is read: a finish in between is not missed.
+    waiter = p.pump.add(target.job_id)
+    try:
+        row = await read_job(p, surface, target)
+    except BaseException:
+        p.pump.discard(waiter)
+        raise
+    if last_id >= EVENT_FINAL:
+        p.pump.discard(waiter)
+        return Response("", status=204)  # the browser has the answer: stop reconnecting
+    resp = Response(job_events(p, row, target.grant, last_id, waiter), mimetype="text/event-stream")
+    resp.headers["Cache-Control"] = "no-cache"
+    resp.headers["X-Accel-Buffering"] = "no"
+    resp.timeout = None  # a stream lives past RESPONSE_TIMEOUT
+    return resp
+
+
+# -- around the plane -----------------------------------------------------------
+
+
+@routes.get("/metrics")
+async def prometheus_metrics() -> Response:
+    telemetry = state().telemetry
+    if telemetry is None or not telemetry.prometheus:
+        raise ApiError(404, "metrics are served only with DATAPLANE_METRICS=1")
+    return prometheus_response(prometheus_text())
+
+
+@routes.get("/healthz")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz() -> Response:
+    current = state().plane
+    checks: dict[str, Any] = {"configured": current is not None}
+    if current is not None:
+        checks["listening"] = current.pump.listening
+        try:
+            await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
+            checks["queueDb"] = True
+        except DatabaseError:
+            checks["queueDb"] = False
+    ok = all(checks.values()) and current is not None
+    body = {"status": "ready" if ok else "not ready", "checks": checks}
+    return json_response(body, 200 if ok else 503)
+
+
+@routes.get("/")
+async def demo_page() -> Response:
+    if not probe_enabled():
+        raise ApiError(404, "the demo page is served only with DATAPLANE_PROBE=1")
+    return await static_response("index.html")
+
+
+@routes.get("/static/<name>")
+async def static_file(name: str) -> Response:
+    return await static_response(name)
+
+
+@routes.get("/openapi.json")
+async def openapi() -> Response:
+    return json_response(openapi_document(all_surfaces(probe_enabled=probe_enabled())))
+
+
+# -- request helpers --------------------------------------------------------------
+
+
+async def static_response(name: str) -> Response:
+    """A file of ``bff/static`` (flat: no sub-directories, no dot-files)."""
+    path = STATIC / name
+    if "/" in name or name.startswith(".") or path.suffix not in STATIC_TYPES:
+        raise ApiError(404, "no such file")
+    try:
+        data = await trio.Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ApiError(404, "no such file") from None
+    resp = Response(data, mimetype=STATIC_TYPES[path.suffix].split(";")[0])
+    resp.headers["Content-Type"] = STATIC_TYPES[path.suffix]
+    resp.headers["Cache-Control"] = "no-cache"
+    return resp
+
+
+async def json_body() -> Any:
+    raw = await request.get_data(cache=False, as_text=False)
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    if depth_over(body, MAX_JSON_DEPTH):
+        raise ApiError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+    return body
+
+
+def depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def parse_query(body: Any) -> tuple[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, 'the body must be a JSON object {"operation", "params"}')
+    unknown = sorted(set(body) - {"operation", "params"})
+    if unknown:
+        raise ApiError(400, f"unknown field(s) in the body: {', '.join(unknown)}")
+    operation = body.get("operation")
+    if not isinstance(operation, str) or not operation:
+        raise ApiError(400, "operation: expected a non-empty string")
+    params = body.get("params", {})
+    if not isinstance(params, dict):
+        raise ApiError(400, "params: expected object")
+    return operation, params
+
+
+def last_event_id() -> int:
+    raw = request.headers.get("Last-Event-ID", "").strip()
+    try:
+        return int(raw)
+    except ValueError:
+        return 0

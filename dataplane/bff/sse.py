@@ -1,0 +1,96 @@
+"""Server-Sent Events for one job: ``queued``, then ``done`` or ``error``.
+
+Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
+``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON`` 3. A ``: keep-alive`` comment
+goes out every 15 s. Past the stream deadline the stream ends with ``TIMEOUT``;
+the job keeps running and its answer stays on the row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+from dataplane.bff.auth import StreamGrant
+from dataplane.bff.jobs import answer
+from dataplane.bff.plane import Plane
+from dataplane.bff.pump import Waiter
+from dataplane.observability.metrics import instruments
+from dataplane.observability.tracing import context_from, messaging, tracer
+from dataplane.queue import JobRow
+
+KEEPALIVE_SECONDS = 15.0
+SSE_RETRY_MS = 2000  # EventSource reconnect hint
+EVENT_QUEUED, EVENT_TIMEOUT, EVENT_FINAL = 1, 2, 3
+
+
+def event(name: str, event_id: int, data: Any, *, retry: bool = False) -> bytes:
+    """One event; ``json.dumps`` escapes newlines, so a field never breaks out of its line."""
+    head = f"retry: {SSE_RETRY_MS}\n" if retry else ""
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"{head}id: {event_id}\nevent: {name}\ndata: {payload}\n\n".encode()
+
+
+async def job_events(
+    p: Plane, row: JobRow, grant: StreamGrant | None, last_id: int, waiter: Waiter
+) -> AsyncIterator[bytes]:
+    """The stream's body. ``waiter`` was added before ``row`` was read, so a finish
+    since is not missed; it is discarded when the stream ends, however it ends."""
+    traceparent = row.payload.get("traceparent") if isinstance(row.payload, dict) else None
+    parent = context_from(traceparent)
+    try:
+        if row.finished:
+            yield _final(p, row, grant, parent, retry=True)
+            return
+        if last_id < EVENT_QUEUED:
+            queued = {"jobId": str(row.id), "status": row.status}
+            yield event("queued", EVENT_QUEUED, queued, retry=True)
+        deadline = trio.current_time() + p.config.sse_deadline_seconds
+        while True:
+            finished: JobRow | None = None
+            with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
+                finished = await waiter.wait()
+            if finished is not None:
+                yield _final(p, finished, grant, parent, retry=False)
+                return
+            if trio.current_time() >= deadline:
+                yield _timeout(row)
+                return
+            yield b": keep-alive\n\n"
+    finally:
+        p.pump.discard(waiter)
+
+
+def _timeout(row: JobRow) -> bytes:
+    message = (
+        "no answer within the stream deadline; the job keeps running: "
+        "poll the job or reconnect the stream"
+    )
+    return event(
+        "error", EVENT_TIMEOUT, {"jobId": str(row.id), "code": "TIMEOUT", "message": message}
+    )
+
+
+def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, retry: bool) -> bytes:
+    """The final event, under an ``SSE done`` span in the job's trace (the browser's
+    GET carries no trace context of its own); records end-to-end time."""
+    with tracer().start_as_current_span(
+        "SSE done" if row.status == "done" else "SSE error",
+        context=parent,
+        attributes=messaging("receive", row.type, str(row.id), outcome=row.status),
+    ):
+        body = answer(p, row, grant)
+        if row.status == "poison":
+            data = {"jobId": body["jobId"], **body["error"]}
+            out = event("error", EVENT_FINAL, data, retry=retry)
+        else:
+            out = event("done", EVENT_FINAL, body, retry=retry)
+    instruments().end_to_end.record(
+        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds() * 1000),
+        {"surface": str(row.payload.get("surface")), "status": row.status},
+    )
+    return out

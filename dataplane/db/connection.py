@@ -1,0 +1,117 @@
+"""Connections: how to reach a database, opening and closing, and the error boundary.
+
+:func:`translate` is the one place where driver errors become the project's
+(``dataplane.errors``); nothing above ``dataplane.db`` catches ``psycopg``
+exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow, dict_row
+
+from dataplane.db.bridge import run_on_loop
+from dataplane.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.AsyncConnection[DictRow]
+
+POOL_SIZE = 10  # connections
+ACQUIRE_TIMEOUT = 5.0  # seconds to wait for a free pooled connection
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection
+CALL_TIMEOUT = 30.0  # seconds for one database call
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseConfig:
+    """How to reach one database, and the limits every call is held to."""
+
+    dsn: str
+    pool_size: int = POOL_SIZE
+    acquire_timeout: float = ACQUIRE_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
+    call_timeout: float = CALL_TIMEOUT
+    application_name: str = "dataplane"
+    read_only: bool = False  # every transaction read-only (client DBs, belt and braces)
+    trace_statements: bool = False  # a client span per statement (the client DB's queries)
+
+    def __post_init__(self) -> None:
+        if not self.dsn:
+            raise InvalidArgument("database DSN is empty")
+        if self.pool_size < 1:
+            raise InvalidArgument(f"pool_size must be >= 1, got {self.pool_size}")
+        for name in ("acquire_timeout", "connect_timeout", "call_timeout"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def translate(exc: BaseException) -> DatabaseError:
+    """Map a driver error onto the project's types (the one place that does)."""
+    if isinstance(exc, DatabaseError):
+        return exc
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | OSError):
+        return DatabaseUnavailable(f"database unavailable: {exc}".strip())
+    if isinstance(exc, psycopg.Error):
+        sqlstate = exc.sqlstate
+        return DatabaseError(f"database error [{sqlstate}]: {exc}".strip(), sqlstate=sqlstate)
+    return DatabaseError(f"database error: {exc!r}")
+
+
+async def connect(config: DatabaseConfig, loop: Any) -> Connection:
+    async def connect() -> Connection:
+        return await psycopg.AsyncConnection.connect(
+            config.dsn,
+            autocommit=True,
+            row_factory=dict_row,
+            connect_timeout=max(1, round(config.connect_timeout)),
+            application_name=config.application_name,
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+            options="-c default_transaction_read_only=on" if config.read_only else "",
+        )
+
+    try:
+        with trio.fail_after(config.connect_timeout + 1):
+            conn: Connection = await run_on_loop(loop, connect())
+            return conn
+    except trio.TooSlowError:
+        raise DatabaseUnavailable(f"could not connect within {config.connect_timeout:g}s") from None
+    except (psycopg.Error, OSError) as exc:
+        raise translate(exc) from exc
+
+
+def close_now(conn: Connection) -> None:
+    """Close without awaiting: libpq's finish() is local and does not block."""
+    try:
+        if not conn.closed:
+            conn.pgconn.finish()
+    except Exception:  # closing a broken connection may complain; it is gone either way
+        log.debug("error while closing a connection", exc_info=True)
+
+
+def looks_dead(conn: Connection) -> bool:
+    """An idle connection with bytes to read has been told goodbye (or hit EOF)."""
+    if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def with_params(dsn: str, **changes: Any) -> str:
+    """``dsn`` with some connection parameters changed (database, user, password...)."""
+    params = conninfo_to_dict(dsn)
+    params.update(changes)
+    return make_conninfo(**params)  # type: ignore[arg-type]

@@ -1,0 +1,217 @@
+"""A small bounded pool of connections to one database, usable from any Trio task.
+
+:meth:`Database.run` acquires a connection (``PoolTimeout`` past the acquire
+timeout), runs one asyncio-side coroutine on it, one bridge crossing per logical
+operation, under a call timeout, and returns the connection only if it is known
+clean. A connection that failed, timed out or was cancelled mid-call is closed,
+never reused; a dropped connection also flushes the idle ones, which most likely
+died with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+import trio
+from psycopg import sql as pgsql
+from psycopg.rows import DictRow
+
+from dataplane.db.bridge import current_loop, run_on_loop
+from dataplane.db.connection import (
+    Connection,
+    DatabaseConfig,
+    close_now,
+    connect,
+    looks_dead,
+    translate,
+)
+from dataplane.db.listener import Listener
+from dataplane.errors import DatabaseUnavailable, PoolTimeout
+from dataplane.observability.tracing import statement_span
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    size: int
+    idle: int
+    in_use: int
+    connects: int
+    discarded: int
+    acquire_timeouts: int
+
+
+@dataclass
+class _PoolCounters:
+    connects: int = 0
+    discarded: int = 0
+    acquire_timeouts: int = 0
+
+
+class Database:
+    """A bounded pool of connections to one database, usable from any Trio task."""
+
+    @property
+    def loop(self) -> Any:
+        return self._loop
+
+    def listener(self, channels: Sequence[str], **kwargs: Any) -> Listener:
+        """A dedicated :class:`Listener` to the same database (not from the pool)."""
+        return Listener(self.config, channels, loop=self._loop, **kwargs)
+
+    def __init__(self, config: DatabaseConfig, loop: Any) -> None:
+        self.config = config
+        self._loop = loop
+        self._idle: list[Connection] = []
+        self._slots = trio.Semaphore(config.pool_size)
+        self._counters = _PoolCounters()
+        self._closed = False
+
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        call_timeout: float | None = None,
+    ) -> T:
+        """Run ``await fn(conn, *args)`` (an asyncio-side coroutine) on a pooled connection.
+
+        Blocks for a free connection up to the acquire timeout (``PoolTimeout``),
+        then for the call up to ``call_timeout`` (default: the config's call timeout;
+        ``DatabaseUnavailable`` past it). Driver errors come out as
+        ``DatabaseError``/``DatabaseUnavailable``.
+        """
+        conn = await self._acquire()
+        clean = False
+        try:
+            limit = call_timeout if call_timeout is not None else self.config.call_timeout
+            with trio.fail_after(limit):
+                result: T = await run_on_loop(self._loop, fn(conn, *args))
+            clean = True
+            return result
+        except trio.TooSlowError:
+            raise DatabaseUnavailable(f"database call timed out after {limit:g}s") from None
+        except (psycopg.Error, OSError) as exc:
+            err = translate(exc)
+            if isinstance(err, DatabaseUnavailable):
+                self._flush_idle()
+            else:
+                clean = (
+                    not conn.closed
+                    and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                )
+            raise err from exc
+        finally:
+            self._release(conn, reusable=clean)
+
+    async def fetchall(
+        self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
+    ) -> list[DictRow]:
+        """Execute one statement and return all its rows."""
+        if self.config.trace_statements:
+            with statement_span(query):
+                return await self.run(_fetchall, query, params, **kw)
+        return await self.run(_fetchall, query, params, **kw)
+
+    async def fetchone(
+        self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
+    ) -> DictRow | None:
+        """Execute one statement and return its first row, if any."""
+        rows = await self.fetchall(query, params, **kw)
+        return rows[0] if rows else None
+
+    async def execute(
+        self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
+    ) -> int:
+        """Execute one statement; return its row count."""
+        return await self.run(_execute, query, params, **kw)
+
+    def statistics(self) -> PoolStatistics:
+        size = self.config.pool_size
+        in_use = size - self._slots.value
+        return PoolStatistics(
+            size=size,
+            idle=len(self._idle),
+            in_use=in_use,
+            connects=self._counters.connects,
+            discarded=self._counters.discarded,
+            acquire_timeouts=self._counters.acquire_timeouts,
+        )
+
+    def close(self) -> None:
+        """Close every idle connection; connections in use close when returned."""
+        self._closed = True
+        self._flush_idle()
+
+    async def _acquire(self) -> Connection:
+        if self._closed:
+            raise DatabaseUnavailable("database pool is closed")
+        with trio.move_on_after(self.config.acquire_timeout) as scope:
+            await self._slots.acquire()
+        if scope.cancelled_caught:
+            self._counters.acquire_timeouts += 1
+            raise PoolTimeout(
+                f"no database connection free within {self.config.acquire_timeout:g}s "
+                f"(pool size {self.config.pool_size})"
+            )
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not looks_dead(conn):
+                    return conn
+                self._discard(conn)
+            conn = await connect(self.config, self._loop)
+            self._counters.connects += 1
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _release(self, conn: Connection, *, reusable: bool) -> None:
+        if reusable and not self._closed and not conn.closed:
+            self._idle.append(conn)
+        else:
+            self._discard(conn)
+        self._slots.release()
+
+    def _discard(self, conn: Connection) -> None:
+        self._counters.discarded += 1
+        close_now(conn)
+
+    def _flush_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._discard(conn)
+
+
+async def _fetchall(
+    conn: Connection, query: pgsql.Composable | str, params: dict[str, Any] | None
+) -> list[DictRow]:
+    cur = await conn.execute(query, params)  # type: ignore[arg-type]
+    if cur.description is None:
+        return []
+    return await cur.fetchall()
+
+
+async def _execute(
+    conn: Connection, query: pgsql.Composable | str, params: dict[str, Any] | None
+) -> int:
+    cur = await conn.execute(query, params)  # type: ignore[arg-type]
+    return cur.rowcount
+
+
+@asynccontextmanager
+async def open_database(config: DatabaseConfig, *, loop: Any = None) -> AsyncIterator[Database]:
+    """A :class:`Database` on ``loop`` (default: this task's bridge loop), closed on exit."""
+    db = Database(config, loop if loop is not None else current_loop())
+    try:
+        yield db
+    finally:
+        db.close()

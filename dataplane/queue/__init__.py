@@ -1,0 +1,57 @@
+"""The queue: ``maestro_queues`` and its blobs, and the one client that reads and writes them.
+
+* :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
+  channel names;
+* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, blobs;
+* :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
+* :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
+  claim, renew, complete, fail, release, readers), fenced where a claimer writes;
+* :mod:`~dataplane.queue.reaper`: retention passes;
+* :mod:`~dataplane.queue.migrations`: the ordered schema migrations.
+
+It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
+"""
+
+from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
+from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
+from dataplane.queue.records import (
+    Blob,
+    ClaimedJob,
+    Completion,
+    EnqueueResult,
+    JobRow,
+    JsonText,
+    StoredBlob,
+    to_json,
+)
+from dataplane.queue.types import (
+    LIVE_STATUSES,
+    STATUSES,
+    QueueType,
+    check_queue_type,
+    done_channel,
+    wake_channel,
+)
+
+__all__ = [
+    "FAIL_BACKOFF_SECONDS",
+    "LEASE_SECONDS",
+    "LIVE_STATUSES",
+    "MAX_CLAIM_BATCH",
+    "MAX_DEQUEUES",
+    "STATUSES",
+    "Blob",
+    "ClaimedJob",
+    "Completion",
+    "EnqueueResult",
+    "JobRow",
+    "JsonText",
+    "QueueClient",
+    "QueueConfig",
+    "QueueType",
+    "StoredBlob",
+    "check_queue_type",
+    "done_channel",
+    "to_json",
+    "wake_channel",
+]

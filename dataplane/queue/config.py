@@ -1,0 +1,48 @@
+"""The queue's configuration: lease, failure backoff, poison cutoff, blob retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataplane.config import setting
+from dataplane.errors import ConfigError, InvalidArgument
+
+LEASE_SECONDS = 120.0  # claim lease
+FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
+MAX_DEQUEUES = 5  # poison cutoff written into new rows
+BLOB_TTL_SECONDS = 24 * 3600.0  # blob retention
+
+
+def check_positive(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise InvalidArgument(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def check_non_negative(name: str, value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Where the queue DB is and the semantics every queue client applies."""
+
+    url: str | None = setting("MAESTRO_QUEUES_URL", None)
+    lease_seconds: float = setting("MAESTRO_LEASE_SECONDS", LEASE_SECONDS, minimum=0.001)
+    fail_backoff_seconds: float = setting("DATAPLANE_FAIL_BACKOFF_SECONDS", FAIL_BACKOFF_SECONDS)
+    max_dequeues: int = setting("DATAPLANE_MAX_DEQUEUES", MAX_DEQUEUES, minimum=1)
+    blob_ttl_seconds: float = BLOB_TTL_SECONDS
+
+    def __post_init__(self) -> None:
+        check_positive("lease_seconds", self.lease_seconds)
+        check_non_negative("fail_backoff_seconds", self.fail_backoff_seconds)
+        check_positive("blob_ttl_seconds", self.blob_ttl_seconds)
+        if not isinstance(self.max_dequeues, int) or self.max_dequeues < 1:
+            raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
+
+    def require_url(self) -> str:
+        if self.url is None:
+            raise ConfigError("MAESTRO_QUEUES_URL is not set (the queue database DSN)")
+        return self.url

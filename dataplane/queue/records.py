@@ -1,0 +1,140 @@
+"""What the queue hands out and takes in: claimed jobs, rows, completions, blobs.
+
+A :class:`ClaimedJob` carries its *fence*, (``id``, ``worker_id``,
+``dequeue_count``): every write by a claimer names it, so a claimer whose lease
+lapsed cannot touch a newer claim of the same row.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dataplane.errors import InvalidArgument
+
+
+def to_json(value: Any, *, what: str = "value") -> str:
+    """Canonical compact JSON for a jsonb column; a clear error when impossible."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"{what} is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidArgument(f"{what} contains a NUL character, which jsonb cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} contains an unpaired surrogate (not UTF-8)") from None
+    return text
+
+
+class JsonText(str):
+    """A result already serialised with :func:`to_json` (passed through as is)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: uuid.UUID
+    coalesced: bool
+    status: str
+    traceparent: str | None = None  # of the row's envelope: the executing trace
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A row as this claimer holds it; the fence is (id, worker_id, dequeue_count)."""
+
+    id: uuid.UUID
+    type: str
+    dedupe_key: str
+    payload: dict[str, Any]
+    dequeue_count: int
+    max_dequeues: int
+    created_at: datetime
+    claimed_at: datetime
+    lease_expires_at: datetime
+    worker_id: str
+
+    @property
+    def queue_wait_ms(self) -> float:
+        return (self.claimed_at - self.created_at).total_seconds() * 1000.0
+
+    @property
+    def last_attempt(self) -> bool:
+        return self.dequeue_count >= self.max_dequeues
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    content_type: str
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes | bytearray | memoryview):
+            raise InvalidArgument("blob data must be bytes")
+        if not self.content_type or "/" not in self.content_type:
+            raise InvalidArgument(f"blob content type looks wrong: {self.content_type!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlob:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    content_type: str
+    data: bytes
+    size: int
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One finished job for :meth:`QueueClient.complete_many`."""
+
+    job: ClaimedJob
+    result: Any
+    blob: Blob | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A queue row as readers (BFF, operators) see it."""
+
+    id: uuid.UUID
+    type: str
+    status: str
+    dedupe_key: str
+    payload: dict[str, Any]
+    result: Any
+    last_error: str | None
+    locked_by: str | None
+    dequeue_count: int
+    max_dequeues: int
+    available_at: datetime
+    lease_expires_at: datetime | None
+    created_at: datetime
+    claimed_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "poison")
+
+
+def job_uuid(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidArgument(f"not a job id: {value!r}") from None

@@ -1,0 +1,85 @@
+"""The claimer: takes jobs of one queue type, never more than the worker has free slots.
+
+It claims at most ``concurrency - held`` rows in one statement and starts each
+claim's execution in the jobs nursery it is given. With nothing to claim it
+waits: 100 ms doubling to ``idle_ms``, cut short by :meth:`Claimer.wake` (an
+enqueue notify, a freed slot, a LISTEN gap). A failed claim (queue DB down) is
+logged and retried after at least :data:`DB_ERROR_BACKOFF`. :meth:`Claimer.stop`
+ends the loop; the jobs already started are the worker's to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from dataplane.errors import DatabaseError
+from dataplane.queue import QueueClient
+from dataplane.worker.config import WorkerConfig
+from dataplane.worker.held import HeldJobs, Running
+
+log = logging.getLogger(__name__)
+
+DB_ERROR_BACKOFF = 1.0  # seconds after a failed claim before trying again
+
+
+class Claimer:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        queue: QueueClient,
+        held: HeldJobs,
+        execute: Callable[[Running], Awaitable[None]],
+    ) -> None:
+        self.config = config
+        self.queue = queue
+        self.held = held
+        self.execute = execute
+        self.claims = 0  # claim statements run
+        self.idle_claims = 0  # of which found nothing
+        self.claimed = 0  # rows claimed
+        self._wake = trio.Event()
+        self._stopping = False
+
+    def wake(self) -> None:
+        """Claim again now (work may be waiting, or a slot came free)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self, jobs: trio.Nursery) -> None:
+        """Claim until :meth:`stop`, starting each claim's execution in ``jobs``."""
+        config = self.config
+        backoff_ms = config.poll_start_ms
+        while not self._stopping:
+            free = config.concurrency - len(self.held)
+            self._wake = trio.Event()  # before the claim: no wake-up can be lost
+            if free <= 0:
+                await self._wake.wait()
+                continue
+            try:
+                claimed = await self.queue.claim(
+                    config.queue_type,
+                    config.worker_id,
+                    limit=free,
+                    lease_seconds=config.queue.lease_seconds,
+                )
+            except DatabaseError as exc:
+                log.warning("claim failed (%s); retrying", exc)
+                claimed = []
+                backoff_ms = max(backoff_ms, int(DB_ERROR_BACKOFF * 1000))
+            self.claims += 1
+            if claimed:
+                backoff_ms = config.poll_start_ms
+                self.claimed += len(claimed)
+                for job in claimed:
+                    jobs.start_soon(self.execute, self.held.add(job))
+                continue
+            self.idle_claims += 1
+            with trio.move_on_after(backoff_ms / 1000):
+                await self._wake.wait()
+            backoff_ms = min(backoff_ms * 2, config.idle_ms)

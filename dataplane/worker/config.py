@@ -1,0 +1,83 @@
+"""The worker's configuration (read by :func:`dataplane.config.from_env` at boot)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from dataplane.config import nested, setting
+from dataplane.errors import InvalidArgument
+from dataplane.queue import QueueConfig, QueueType
+from dataplane.queue.reaper import REAP_INTERVAL_SECONDS, RetentionConfig
+from dataplane.surfaces import SurfacesConfig
+
+CONCURRENCY = 8  # jobs a worker runs at once
+RENEW_SECONDS = 60.0  # heartbeat cadence
+POLL_START_MS = 100  # first idle poll backoff, milliseconds
+IDLE_MS = 2000  # idle poll backoff ceiling, milliseconds
+INLINE_MAX_BYTES = 262_144  # larger results go to surface_result_blobs
+SHUTDOWN_GRACE_SECONDS = 30.0  # in-flight jobs may finish within this on SIGTERM
+
+
+def default_worker_id(queue_type: str) -> str:
+    return f"{queue_type}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """One worker: the queue type it claims and how it runs its jobs.
+
+    ``queue`` holds the lease and the failure backoff the worker claims and fails with.
+    """
+
+    queue_type: str = setting(
+        "SURFACE_QUEUE_TYPE",
+        required="SURFACE_QUEUE_TYPE is not set (surface-<id> or surface-<id>-dev)",
+    )
+    worker_id: str = ""  # default: <type>@<host>:<pid>:<random>
+    queue: QueueConfig = nested(QueueConfig)
+    concurrency: int = setting("DATAPLANE_CONCURRENCY", CONCURRENCY, minimum=1)
+    renew_seconds: float = setting("MAESTRO_RENEW_SECONDS", RENEW_SECONDS, minimum=0.001)
+    idle_ms: int = setting("DATAPLANE_IDLE_MS", IDLE_MS, minimum=POLL_START_MS)
+    poll_start_ms: int = POLL_START_MS
+    inline_max_bytes: int = setting("DATAPLANE_INLINE_MAX_BYTES", INLINE_MAX_BYTES, minimum=1)
+    shutdown_grace_seconds: float = setting(
+        "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS
+    )
+    reap_interval_seconds: float = REAP_INTERVAL_SECONDS
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+
+    def __post_init__(self) -> None:
+        QueueType.parse(self.queue_type)
+        if not self.worker_id:
+            object.__setattr__(self, "worker_id", default_worker_id(self.queue_type))
+        if self.concurrency < 1:
+            raise InvalidArgument("concurrency must be >= 1")
+        if not 0 < self.renew_seconds < self.queue.lease_seconds:
+            raise InvalidArgument(
+                f"renew_seconds ({self.renew_seconds:g}) must be > 0 and shorter than "
+                f"lease_seconds ({self.queue.lease_seconds:g}), or leases lapse between "
+                "heartbeats"
+            )
+        if not 0 < self.poll_start_ms <= self.idle_ms:
+            raise InvalidArgument("poll_start_ms must be > 0 and <= idle_ms")
+        if self.inline_max_bytes < 1 or self.shutdown_grace_seconds < 0:
+            raise InvalidArgument("inline_max_bytes must be >= 1 and the grace >= 0")
+
+    @property
+    def parsed_type(self) -> QueueType:
+        return QueueType.parse(self.queue_type)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProcessConfig:
+    """``dataplane worker``: the worker, and what its process connects to."""
+
+    worker: WorkerConfig = nested(WorkerConfig)
+    surfaces: SurfacesConfig = nested(SurfacesConfig)
+    client_db_url: str | None = setting("CLIENT_DB_URL", None)
+    capcom_url: str | None = setting("CAPCOM_URL", None)
+    capcom_token: str = setting("CAPCOM_TOKEN", "")
+    metrics_port: int | None = setting("DATAPLANE_METRICS_PORT", None, minimum=1)

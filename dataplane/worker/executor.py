@@ -1,0 +1,337 @@
+"""One job's pipeline, from its claim to its row's last write.
+
+envelope -> operation -> params validated -> gates re-enforced from the
+envelope's ``auth`` -> dedupe key recomputed from the checked envelope -> TTL
+cache (``ttl_seconds > 0`` only) -> single-flight per dedupe key -> handler ->
+blob offload -> complete.
+
+Outcomes (:class:`~dataplane.observability.report.Outcome`): an ``HttpError`` (or
+a malformed envelope, a 400) completes the job with an error payload, ``error``;
+any other exception fails it, ``failed`` (retried after the backoff) or
+``poison`` (at the cutoff); a fenced-out write, or a renewal that found the
+claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
+cancelled by shutdown past the grace period is handed back, ``released``. A
+queue DB out of reach when the outcome is written leaves the row to its lease.
+
+Each job runs in its ``process`` span, records its metrics, and gives the
+reporter one :class:`~dataplane.observability.report.JobReport`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from opentelemetry.trace import Span, SpanKind
+
+from dataplane.db import Database
+from dataplane.envelope import Envelope
+from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.observability.metrics import instruments
+from dataplane.observability.report import CacheStatus, JobReport, Outcome
+from dataplane.observability.tracing import context_from, links_to, messaging, tracer
+from dataplane.queue import Blob, ClaimedJob, Completion, JsonText, QueueClient, to_json
+from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
+from dataplane.worker.cache import SingleFlight, TtlCache
+from dataplane.worker.completer import Completer
+from dataplane.worker.config import WorkerConfig
+from dataplane.worker.held import HeldJobs, Running
+from dataplane.worker.report import Reporter, rss_bytes
+
+log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT = 5.0  # seconds the shielded release on shutdown may take
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """How one claim ended, as the report, the span and the metrics tell it."""
+
+    outcome: Outcome
+    operation: str = "?"
+    cache: CacheStatus = CacheStatus.BYPASS
+    coalesced: bool = False
+
+
+@dataclass
+class ExecutorCounters:
+    done: int = 0
+    errors: int = 0
+    failed: int = 0
+    poisoned: int = 0
+    lost: int = 0
+    released: int = 0
+    coalesced: int = 0
+    cache_hits: int = 0
+
+
+class JobExecutor:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        surface: Surface,
+        queue: QueueClient,
+        completer: Completer,
+        held: HeldJobs,
+        *,
+        client_db: Database | None,
+        cache: TtlCache,
+        reporter: Reporter | None,
+        on_finished: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.surface = surface
+        self.queue = queue
+        self.completer = completer
+        self.held = held
+        self.client_db = client_db
+        self.cache = cache
+        self.reporter = reporter
+        self.on_finished = on_finished
+        self.single_flight: SingleFlight[Any] = SingleFlight()
+        self.counters = ExecutorCounters()
+
+    async def run(self, running: Running) -> None:
+        """Execute one claim; hand the row back if shutdown cancels it unfinished."""
+        job = running.job
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = JobResult(Outcome.RELEASED)
+        try:
+            with running.scope:
+                result = await self._traced(running)
+            if running.lost:
+                result = JobResult(Outcome.LOST, result.operation, result.cache, result.coalesced)
+                self.counters.lost += 1
+        finally:
+            if not (running.finished or running.lost):
+                await self._release(job)
+            self.held.remove(running)
+            self.on_finished()
+            if self.reporter is not None:  # else no report at all: RSS reads /proc
+                self.reporter.report(_report(job, result, started, cpu_started))
+
+    async def _release(self, job: ClaimedJob) -> None:
+        """Cancelled by shutdown past the grace period: hand the row back (shielded)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
+            try:
+                await self.queue.release([job])
+                self.counters.released += 1
+            except DatabaseError as exc:
+                log.warning("job %s: release failed (%s); its lease will lapse", job.id, exc)
+
+    async def _traced(self, running: Running) -> JobResult:
+        """Run one job inside its ``process`` span; record its metrics."""
+        job = running.job
+        traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
+        first = job.dequeue_count == 1
+        attrs = messaging(
+            "process",
+            job.type,
+            str(job.id),
+            surface=self.surface.id,
+            queue_wait_ms=round(job.queue_wait_ms, 3),
+            dequeue_count=job.dequeue_count,
+        )
+        started = time.perf_counter()
+        with tracer().start_as_current_span(
+            f"process {job.type}",
+            context=context_from(traceparent) if first else None,
+            kind=SpanKind.CONSUMER,
+            links=[] if first else links_to(traceparent),
+            attributes=attrs,
+        ) as span:
+            result = await self._execute(running, span)
+            span.set_attributes(
+                {
+                    "dataplane.operation": result.operation,
+                    "dataplane.cache": result.cache.value,
+                    "dataplane.coalesced": result.coalesced,
+                    "dataplane.outcome": result.outcome.value,
+                }
+            )
+        self._record(job, result, time.perf_counter() - started)
+        return result
+
+    def _record(self, job: ClaimedJob, result: JobResult, seconds: float) -> None:
+        m = instruments()
+        labels = {"surface": self.surface.id, "operation": result.operation}
+        m.queue_wait.record(max(0.0, job.queue_wait_ms), labels)
+        m.execution.record(seconds * 1000, labels)
+        m.jobs.add(1, {**labels, "outcome": result.outcome.value})
+        if result.coalesced:
+            m.coalesced.add(1, {"layer": "single_flight", "surface": self.surface.id})
+        if result.cache is CacheStatus.HIT:
+            m.cache_hits.add(1, labels)
+        if result.outcome is Outcome.POISON:
+            m.poison.add(1, labels)
+
+    async def _execute(self, running: Running, span: Span) -> JobResult:
+        """Run one job to its row write."""
+        job = running.job
+        operation, cache = "?", CacheStatus.BYPASS
+        try:
+            envelope = Envelope.from_json(job.payload)
+            operation = envelope.operation
+            op, params = self._checked(envelope)
+            # The key this worker caches and single-flights under is its own, computed
+            # from the checked envelope; the row's dedupe_key is not trusted for it.
+            key = Envelope(envelope.surface, op.name, op.version, params, envelope.auth).dedupe_key
+            hit, value = self.cache.get(key) if op.cacheable else (False, None)
+            coalesced = False
+            if op.cacheable:
+                cache = CacheStatus.HIT if hit else CacheStatus.MISS
+            if hit:
+                self.counters.cache_hits += 1
+            else:
+                ctx = OperationContext(
+                    params=params,
+                    auth=envelope.auth,
+                    job_id=str(job.id),
+                    dequeue_count=job.dequeue_count,
+                    client_db=self.client_db,
+                )
+                value, coalesced, leader = await self.single_flight.run_with_meta(
+                    key, lambda: _call_handler(op, ctx), span.get_span_context()
+                )
+                if coalesced:
+                    self.counters.coalesced += 1
+                    if leader is not None and leader.is_valid:  # the execution that answered
+                        span.add_link(leader, {"dataplane.link": "single_flight"})
+                if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
+                    tags = op.cache_tags(envelope.auth, params)
+                    self.cache.put(key, value, op.ttl_seconds, tags)
+            await self._finish(running, self._shape(job, value, cache, coalesced))
+            self.counters.done += 1
+            return JobResult(Outcome.DONE, operation, cache, coalesced)
+        except (HttpError, InvalidArgument) as exc:
+            # An expected error, or a malformed envelope: an answer, not a retry.
+            error = exc if isinstance(exc, HttpError) else HttpError(400, f"malformed job: {exc}")
+            await self._finish(running, Completion(job, error.to_payload()))
+            self.counters.errors += 1
+            return JobResult(Outcome.ERROR, operation, cache)
+        except LeaseLost:
+            log.warning("job %s: lease lost before completion; result dropped", job.id)
+            running.lost = True
+            return JobResult(Outcome.LOST, operation, cache)
+        except DatabaseError as exc:
+            # The queue DB is out of reach: the lease will lapse and the job re-run.
+            log.warning("job %s: could not write its outcome (%s)", job.id, exc)
+            running.finished = True
+            return JobResult(Outcome.FAILED, operation, cache)
+        except Exception as exc:
+            return JobResult(await self._fail(running, exc), operation, cache)
+
+    def _checked(self, envelope: Envelope) -> tuple[Operation, dict[str, Any]]:
+        """The operation and its checked params; gates re-enforced from the envelope."""
+        if envelope.surface != self.surface.id:
+            raise HttpError(
+                404, f"this worker serves {self.surface.id!r}, not {envelope.surface!r}"
+            )
+        op = self.surface.operation(envelope.operation)
+        if envelope.version != op.version:
+            raise HttpError(
+                400, f"{op.name} is served at version {op.version}, not {envelope.version}"
+            )
+        return op, op.check(envelope.auth, envelope.params)
+
+    def _shape(
+        self, job: ClaimedJob, value: Any, cache: CacheStatus, coalesced: bool
+    ) -> Completion:
+        """The row's result, and a blob when the value is binary or too large to inline.
+
+        A blob's reference carries its type, size and file name; the BFF adds its URL.
+        """
+        meta = {"cache": cache.value, "coalesced": coalesced}
+        blob: Blob | None = None
+        filename: str | None = None
+        if isinstance(value, BlobResult):
+            blob, filename = Blob(value.content_type, value.data), value.filename
+        elif isinstance(value, bytes | bytearray):
+            blob = Blob("application/octet-stream", bytes(value))
+        else:
+            text = to_json(value, what="handler result")
+            if len(text.encode()) <= self.config.inline_max_bytes:
+                return Completion(job, JsonText(_merge_json(meta, text)))
+            blob = Blob("application/json", text.encode())
+        ref: dict[str, Any] = {"contentType": blob.content_type, "size": len(blob.data)}
+        if filename:
+            ref["filename"] = filename
+        return Completion(job, {"blobRef": ref, **meta}, blob)
+
+    async def _finish(self, running: Running, completion: Completion) -> None:
+        running.finishing = True
+        job = running.job
+        try:
+            with tracer().start_as_current_span(
+                f"complete {job.type}",
+                attributes=messaging("settle", job.type, str(job.id)),
+            ):
+                await self.completer.complete(completion)
+        finally:
+            running.finished = True
+
+    async def _fail(self, running: Running, exc: Exception) -> Outcome:
+        job = running.job
+        log.warning(
+            "job %s (attempt %d/%d) failed: %r",
+            job.id,
+            job.dequeue_count,
+            job.max_dequeues,
+            exc,
+            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        )
+        running.finishing = True
+        try:
+            status = await self.queue.fail(
+                job,
+                f"{type(exc).__name__}: {exc}",
+                backoff_seconds=self.config.queue.fail_backoff_seconds,
+            )
+        except LeaseLost:
+            running.lost = True
+            return Outcome.LOST
+        except DatabaseError as db_exc:
+            log.warning("job %s: could not record the failure (%s)", job.id, db_exc)
+            return Outcome.FAILED
+        finally:
+            running.finished = True
+        if status == "poison":
+            self.counters.poisoned += 1
+            return Outcome.POISON
+        self.counters.failed += 1
+        return Outcome.FAILED
+
+
+async def _call_handler(op: Operation, ctx: OperationContext) -> Any:
+    with tracer().start_as_current_span(
+        f"{op.name} handler", attributes={"dataplane.operation": op.name}
+    ):
+        return await op.handler(ctx)
+
+
+def _merge_json(rest: Mapping[str, Any], data_json: str) -> str:
+    """``{"data": <data_json>, **rest}`` without parsing ``data_json`` again."""
+    tail = to_json(dict(rest))[1:-1]
+    return '{"data":' + data_json + ("," + tail if tail else "") + "}"
+
+
+def _report(job: ClaimedJob, result: JobResult, started: float, cpu_started: float) -> JobReport:
+    return JobReport(
+        job_id=str(job.id),
+        type=job.type,
+        operation=result.operation,
+        outcome=result.outcome,
+        wall_ms=(time.perf_counter() - started) * 1000,
+        cpu_ms=(time.process_time() - cpu_started) * 1000,
+        rss_bytes=rss_bytes(),
+        queue_wait_ms=max(0.0, job.queue_wait_ms),
+        cache=result.cache,
+        coalesced=result.coalesced,
+        dequeue_count=job.dequeue_count,
+        worker_id=job.worker_id,
+        finished_at=time.time(),
+    )

@@ -1,0 +1,53 @@
+"""The lease keeper: renews every held lease each ``renew_seconds``.
+
+A renewal is one fenced statement for all renewable claims (those not yet handed
+to the completer). A claim the renewal did not find held any more was lost (its
+lease lapsed and another worker took the row, or it was released): its execution
+is cancelled and its result will be dropped. A failed renewal (queue DB down) is
+logged and tried again at the next beat; the lease is twice the cadence, so one
+missed beat loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from dataplane.errors import DatabaseError
+from dataplane.queue import QueueClient
+from dataplane.worker.config import WorkerConfig
+from dataplane.worker.held import HeldJobs
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    def __init__(self, config: WorkerConfig, queue: QueueClient, held: HeldJobs) -> None:
+        self.config = config
+        self.queue = queue
+        self.held = held
+        self.renewals = 0
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.config.renew_seconds)
+            await self.renew_once()
+
+    async def renew_once(self) -> None:
+        held = self.held.renewable()
+        if not held:
+            return
+        try:
+            kept = await self.queue.renew(
+                [r.job for r in held], lease_seconds=self.config.queue.lease_seconds
+            )
+        except DatabaseError as exc:
+            log.warning("lease renewal failed (%s); will retry", exc)
+            return
+        self.renewals += 1
+        for running in held:
+            if running.job.id not in kept and running.renewable:
+                log.warning("job %s: lease lost; cancelling its execution", running.job.id)
+                running.lost = True
+                running.scope.cancel()

@@ -1,0 +1,182 @@
+"""The data worker: claims one queue type's jobs and runs their operations.
+
+One :class:`Worker` per process, owning one nursery of services, each a module
+of this package:
+
+* the :class:`~dataplane.worker.claimer.Claimer`, which claims at most the free
+  slots, backs off when idle, and is woken by the enqueue notify or a freed slot;
+* the :class:`~dataplane.db.Listener` for ``<type>_enqueued`` and
+  ``dataplane_invalidate``, dispatched here (wake the claimer, drop cache tags; a
+  LISTEN gap drops the whole cache, invalidations may have been missed);
+* the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
+* the :class:`~dataplane.worker.completer.Completer`, committing in batches;
+* the :class:`~dataplane.worker.maintenance.Maintenance` schedule (the reaper);
+* the reporter (the capcom sender), when it has a ``run`` of its own;
+
+and, in a nursery of their own, one task per claim, each a
+:class:`~dataplane.worker.executor.JobExecutor` run.
+
+Shutdown (:meth:`Worker.stop`): stop claiming, let in-flight jobs finish within
+the grace period, then release what is still held (not counted toward poison).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from dataplane.db import Database, Gap, Notification
+from dataplane.queue import QueueClient
+from dataplane.surfaces.manifest import Surface
+from dataplane.worker.cache import INVALIDATE_CHANNEL, TtlCache
+from dataplane.worker.claimer import Claimer
+from dataplane.worker.completer import Completer
+from dataplane.worker.config import WorkerConfig
+from dataplane.worker.executor import JobExecutor
+from dataplane.worker.held import HeldJobs
+from dataplane.worker.leases import LeaseKeeper
+from dataplane.worker.maintenance import Maintenance
+from dataplane.worker.report import Reporter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatistics:
+    claimed: int
+    done: int
+    errors: int
+    failed: int
+    poisoned: int
+    lost: int
+    released: int
+    coalesced: int
+    cache_hits: int
+    in_flight: int
+    claims: int
+    idle_claims: int
+
+
+class Worker:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        surface: Surface,
+        queue: QueueClient,
+        *,
+        client_db: Database | None = None,
+        cache: TtlCache | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.config = config
+        self.surface = surface
+        self.queue = queue
+        self.reporter = reporter
+        self.held = HeldJobs()
+        self.completer = Completer(queue)
+        self.executor = JobExecutor(
+            config,
+            surface,
+            queue,
+            self.completer,
+            self.held,
+            client_db=client_db,
+            cache=cache if cache is not None else TtlCache(),
+            reporter=reporter,
+            on_finished=self._slot_freed,
+        )
+        self.claimer = Claimer(config, queue, self.held, self.executor.run)
+        self.leases = LeaseKeeper(config, queue, self.held)
+        self.maintenance = Maintenance(
+            queue.db,
+            self.held,
+            interval=config.reap_interval_seconds,
+            retention=config.retention,
+        )
+        self.listener = queue.db.listener(
+            [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
+        )
+        self._stopping = False
+        self._jobs_scope = trio.CancelScope()
+
+    @property
+    def cache(self) -> TtlCache:
+        return self.executor.cache
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until :meth:`stop`; returns once in-flight work is finished or released."""
+        async with trio.open_nursery() as services:
+            await services.start(self.listener.run)
+            services.start_soon(self._dispatch_notifications)
+            await services.start(self.completer.run)
+            services.start_soon(self.leases.run)
+            services.start_soon(self.maintenance.run)
+            reporter_run = getattr(self.reporter, "run", None)
+            if reporter_run is not None:
+                await services.start(reporter_run)
+            log.info(
+                "worker %s serving %s (concurrency %d)",
+                self.config.worker_id,
+                self.config.queue_type,
+                self.config.concurrency,
+            )
+            with self._jobs_scope:
+                async with trio.open_nursery() as jobs:
+                    task_status.started()
+                    await self.claimer.run(jobs)
+            log.info("worker %s stopped", self.config.worker_id)
+            services.cancel_scope.cancel()
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop claiming; in-flight jobs get the grace period (none if ``force``),
+        then are released."""
+        if force:
+            self._jobs_scope.cancel()
+        if self._stopping:
+            return
+        self._stopping = True
+        self._jobs_scope.deadline = trio.current_time() + self.config.shutdown_grace_seconds
+        self.claimer.stop()
+        log.info(
+            "worker %s stopping: %d job(s) in flight, grace %gs",
+            self.config.worker_id,
+            len(self.held),
+            self.config.shutdown_grace_seconds,
+        )
+
+    def statistics(self) -> WorkerStatistics:
+        c = self.executor.counters
+        return WorkerStatistics(
+            claimed=self.claimer.claimed,
+            done=c.done,
+            errors=c.errors,
+            failed=c.failed,
+            poisoned=c.poisoned,
+            lost=c.lost,
+            released=c.released,
+            coalesced=c.coalesced,
+            cache_hits=c.cache_hits,
+            in_flight=len(self.held),
+            claims=self.claimer.claims,
+            idle_claims=self.claimer.idle_claims,
+        )
+
+    def _slot_freed(self) -> None:
+        self.claimer.wake()
+
+    async def _dispatch_notifications(self) -> None:
+        async for event in self.listener.events:
+            if isinstance(event, Gap):
+                # Invalidations may have been missed: drop the cache; and look for work.
+                self.cache.clear()
+                self.claimer.wake()
+            elif isinstance(event, Notification):
+                if event.channel == INVALIDATE_CHANNEL:
+                    dropped = self.cache.invalidate_tag(event.payload)
+                    log.info("cache: invalidated tag %r (%d entries)", event.payload, dropped)
+                else:
+                    self.claimer.wake()
