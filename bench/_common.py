@@ -1,10 +1,14 @@
-"""Shared benchmark plumbing: a scratch server/database, machine facts, percentiles.
+"""Shared benchmark plumbing: a scratch server/database, machine facts, percentiles,
+tables, a script's run-and-save and housekeeping SQL.
 
-Plain blocking functions (they run before and after ``trio.run``).
+Mostly plain blocking functions (they run before and after ``trio.run``). Child
+processes are in ``_procs.py``, a stack's start-up in ``_stack.py``, the load client
+in ``_client.py``, the demo client DB's name and ids in ``_demo.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -17,13 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+import trio
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -44,6 +49,8 @@ RECORDED_SETTINGS = (
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+T = TypeVar("T")
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -88,7 +95,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _embedded_server() -> Iterator[Server]:
-    from dataplane.embedded import DEFAULT_SETTINGS, EmbeddedPostgres
+    from dataplane.dev.embedded import DEFAULT_SETTINGS, EmbeddedPostgres
 
     tmp = Path(tempfile.mkdtemp(prefix="dataplane-bench-"))
     pg = EmbeddedPostgres(tmp / "data")  # no FAST_SETTINGS: durable defaults
@@ -106,15 +113,20 @@ def _embedded_server() -> Iterator[Server]:
 
 @contextlib.contextmanager
 def _external_database(admin_dsn: str, name: str) -> Iterator[Server]:
-    ident = pgsql.Identifier(name)
+    drop_database(admin_dsn, name)
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(ident))
+        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
     try:
         yield Server(dsn=with_dbname(admin_dsn, name), kind="external")
     finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        drop_database(admin_dsn, name)
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+        )
 
 
 def server_settings(dsn: str) -> dict[str, str]:
@@ -125,6 +137,17 @@ def server_settings(dsn: str) -> dict[str, str]:
             row = conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()
             out[name] = str(row[0]) if row else "?"
     return out
+
+
+def server_facts(
+    server: Server, *, fdatasync: bool = False
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The recorded server settings and the machine (and the data dir's fdatasync latency)."""
+    settings = server_settings(server.dsn)
+    machine = machine_info(settings.get("server_version", "?"))
+    if fdatasync:
+        machine["fdatasync_8k_in_datadir"] = fdatasync_probe(server.datadir)
+    return settings, machine
 
 
 def fdatasync_probe(directory: Path | None, seconds: float = 0.3) -> dict[str, float] | None:
@@ -221,6 +244,81 @@ def _cell(value: Any) -> str:
 
 def describe(mapping: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
+
+
+# -- a benchmark script's run ------------------------------------------------------
+
+
+def output_arg(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--output``, by default ``bench/results/<name>.json``."""
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS_DIR / f"{name}.json", help="result JSON path"
+    )
+
+
+def run_and_save(
+    run: Callable[[], dict[str, Any]],
+    output: Path,
+    print_tables: Callable[[dict[str, Any]], None],
+    interrupted_note: str,
+) -> dict[str, Any] | None:
+    """``run()``; its result, with the total seconds and the host's load at the end,
+    written to ``output`` as JSON and printed. None (after the note) when interrupted."""
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        result = run()
+    except* KeyboardInterrupt:  # trio.run may wrap it in a group
+        interrupted = True
+    if interrupted:
+        print(interrupted_note, file=sys.stderr)
+        return None
+    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    # Other work on the host skews every number: a high value here flags a noisy run.
+    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print_tables(result)
+    print(f"\nwrote {output} ({result['total_seconds']}s total)")
+    return result
+
+
+async def until_signalled(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await fn(*args)``, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT
+    already is), so that everything started is stopped on the way out."""
+
+    async def watch_sigterm() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for signum in signals:
+                raise KeyboardInterrupt(f"signal {signum}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_sigterm)
+        result = await fn(*args)
+        nursery.cancel_scope.cancel()
+    return result
+
+
+# -- housekeeping SQL ---------------------------------------------------------------
+
+
+def _admin_sync(dsn: str, statements: Sequence[str | tuple[str, Any]]) -> list[Any]:
+    out: list[Any] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            stmt, params = (statement, None) if isinstance(statement, str) else statement
+            cur = conn.execute(stmt, params)
+            out.append(cur.fetchall() if cur.description else cur.rowcount)
+    return out
+
+
+async def admin_sql(
+    dsn: str, *statements: str | tuple[str, Any], within: float = 60.0
+) -> list[Any]:
+    """Untimed housekeeping SQL (``stmt`` or ``(stmt, params)``) on its own blocking
+    connection, in a worker thread: each statement's rows, or its row count."""
+    with trio.fail_after(within):
+        return await trio.to_thread.run_sync(_admin_sync, dsn, statements)
 
 
 # -- notification witness ----------------------------------------------------

@@ -13,19 +13,18 @@ answers. Prints a table; writes ``bench/results/coalesce.json``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as ``python bench/coalesce.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-# This directory holds queue.py, which would shadow the standard library's queue.
-_BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
-sys.path.insert(0, str(_BENCH_DIR.parent))
 
 import httpx
 import psycopg
@@ -39,32 +38,14 @@ from bench._common import (
     scratch_server,
     server_settings,
 )
-from dataplane.auth import mint_token
-from dataplane.embedded import free_port
+from bench._procs import WORKER_ARGV, children_scope
+from bench._stack import HOST, migrate_schema, start_hypercorn, wait_serving
+from dataplane.bff.auth import mint_token
 
 JWT_SECRET = "bench-secret-that-is-long-enough-for-hs256"
 TARGET_REQUESTS = 500
 JOB_MS = 10_000  # longer than accepting the whole burst takes on this machine
 PHASE_TIMEOUT = 120.0  # seconds for the whole burst, answers included
-
-
-def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
-async def wait_ready(base: str, worker_log: Path) -> None:
-    async with httpx.AsyncClient(timeout=2) as http:
-        with trio.fail_after(60):
-            while True:
-                try:
-                    ready = (await http.get(f"{base}/readyz")).status_code == 200
-                except httpx.HTTPError:
-                    ready = False
-                if ready and " serving " in await trio.Path(worker_log).read_text(errors="replace"):
-                    return
-                await trio.sleep(0.1)
 
 
 async def burst(base: str, n: int) -> dict[str, Any]:
@@ -115,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=TARGET_REQUESTS)
     args = parser.parse_args(argv)
-    with scratch_server("dataplane_bench_coalesce") as server:
+    with (
+        scratch_server("dataplane_bench_coalesce") as server,
+        children_scope("dataplane-coalesce-logs-") as kids,
+    ):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "SURFACE_"))}
         env.update(
             MAESTRO_QUEUES_URL=server.dsn,
@@ -123,58 +107,24 @@ def main(argv: list[str] | None = None) -> int:
             DATAPLANE_PROBE="1",
             SURFACE_QUEUE_TYPE="surface-probe",
         )
-        subprocess.run(
-            [sys.executable, "-m", "dataplane", "migrate"],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"dataplane-coalesce-{os.getpid()}"
-        logs.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        procs = [
-            start(
-                [
-                    sys.executable,
-                    "-m",
-                    "hypercorn",
-                    "-k",
-                    "trio",
-                    "-b",
-                    f"127.0.0.1:{port}",
-                    "--backlog",
-                    "2048",
-                    "dataplane.app:app",
-                ],
-                env,
-                logs / "bff.log",
-            ),
-            start([sys.executable, "-m", "dataplane", "worker"], env, logs / "worker.log"),
-        ]
-        try:
-            base = f"http://127.0.0.1:{port}"
+        migrate_schema(env)
 
-            async def run() -> dict[str, Any]:
-                await wait_ready(base, logs / "worker.log")
-                return await burst(base, args.requests)
+        async def run() -> dict[str, Any]:
+            worker = kids.start("worker", WORKER_ARGV, env)
+            bff = await start_hypercorn(
+                kids, "bff", "dataplane.app:app", env, options=("--backlog", "2048"), within=60
+            )
+            await wait_serving([worker], within=60)
+            return await burst(f"http://{HOST}:{bff.port}", args.requests)
 
-            result = trio.run(run)
-            with psycopg.connect(server.dsn) as conn:
-                rows = conn.execute(
-                    "SELECT count(*), max(dequeue_count) FROM maestro_queues"
-                ).fetchone()
-            assert rows is not None
-            result["queue_rows"], result["executions"] = rows[0], rows[1]
-            settings = server_settings(server.dsn)
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        result = trio.run(run)
+        with psycopg.connect(server.dsn) as conn:
+            rows = conn.execute(
+                "SELECT count(*), max(dequeue_count) FROM maestro_queues"
+            ).fetchone()
+        assert rows is not None
+        result["queue_rows"], result["executions"] = rows[0], rows[1]
+        settings = server_settings(server.dsn)
     ok = (
         result["distinct_jobs"] == 1
         and result["executions"] == 1

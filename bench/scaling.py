@@ -32,69 +32,60 @@ is stopped on exit, also on error, Ctrl-C and SIGTERM; the whole run is bounded
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/scaling.py``, this directory is sys.path[0] and its queue.py
-# would shadow the standard library's ``queue``: swap it for the repository root.
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/scaling.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
-import contextlib
 import itertools
 import json
-import os
-import re
 import shutil
-import signal
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import trio
 
+from bench._client import auth_headers, closed_loop, e2e_once, hello_load, raw_sessions
 from bench._common import (
-    RESULTS_DIR,
     Server,
     format_table,
-    machine_info,
     now_iso,
+    output_arg,
+    run_and_save,
     scratch_server,
-    server_settings,
+    server_facts,
     summary_ms,
+    until_signalled,
 )
-from bench.e2e import (
-    HELLO_APP,
-    HOST,
-    QUEUE_TYPE,
+from bench._procs import (
+    WORKER_ARGV,
     Child,
     Children,
     CpuMeter,
-    RawSession,
-    _children_of,
-    _closed_loop,
-    _hello_load,
-    _postmaster_pid,
-    _serving_child,
-    _wait_http,
-    auth_headers,
-    base_env,
     children_scope,
-    db,
-    e2e_once,
-    hypercorn_argv,
-    migrate_schema,
+    postgres_pids,
+    postmaster_pid,
     raise_own_nofile,
 )
-from bench.e2e import Plan as E2ePlan
-from dataplane.embedded import free_port
+from bench._stack import (
+    QUEUE_TYPE,
+    Hypercorn,
+    empty_queue,
+    log_problems,
+    migrate_schema,
+    stack_env,
+    start_bff,
+    start_hello,
+    stop_children,
+    wait_serving,
+)
+from dataplane.dev.embedded import free_port
 
 TOTAL_BUDGET_S = 250.0  # the whole trio part; server start/stop comes on top
 CLIENT = "raw"
@@ -118,95 +109,31 @@ class Plan:
 # -- processes ------------------------------------------------------------------
 
 
-@dataclass
-class Bff:
-    child: Child
-    port: int
-    serving: int = 0  # Hypercorn's spawned serving process
-
-
-async def start_bffs(kids: Children, env: Mapping[str, str], names: Sequence[str]) -> list[Bff]:
+async def start_bffs(
+    kids: Children, env: Mapping[str, str], names: Sequence[str]
+) -> list[Hypercorn]:
     """Start them all at once; return when every one answers /readyz."""
     ports: set[int] = set()
     while len(ports) < len(names):
         ports.add(free_port())
-    bffs = [
-        Bff(kids.start(name, hypercorn_argv(port, "dataplane.app:app"), env), port)
-        for name, port in zip(names, sorted(ports), strict=True)
-    ]
+    bffs: dict[str, Hypercorn] = {}
 
-    async def ready(bff: Bff) -> None:
-        await _wait_http(bff.child, f"http://{HOST}:{bff.port}/readyz", within=60)
-        bff.serving = _serving_child(bff.child.pid)
-        bff.child.extra_pids.append(bff.serving)
+    async def start(name: str, port: int) -> None:
+        bffs[name] = await start_bff(kids, name, env, port=port, within=60)
 
     async with trio.open_nursery() as nursery:
-        for bff in bffs:
-            nursery.start_soon(ready, bff)
-    return bffs
+        for name, port in zip(names, sorted(ports), strict=True):
+            nursery.start_soon(start, name, port)
+    return [bffs[name] for name in names]
 
 
 async def start_workers(
-    kids: Children, env: Mapping[str, str], names: Sequence[str], within: float = 60.0
+    kids: Children, env: Mapping[str, str], names: Sequence[str]
 ) -> list[Child]:
     wenv = {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE}
-    workers = [
-        kids.start(name, [sys.executable, "-m", "dataplane", "worker"], wenv) for name in names
-    ]
-    with trio.fail_after(within):
-        for worker in workers:
-            while " serving " not in worker.output():
-                if not worker.alive():
-                    raise RuntimeError(f"{worker.name} exited early:\n{worker.output()}")
-                await trio.sleep(0.02)
+    workers = [kids.start(name, WORKER_ARGV, wenv) for name in names]
+    await wait_serving(workers, within=60)
     return workers
-
-
-async def stop_children(children: Sequence[Child]) -> dict[str, int | None]:
-    """Stop them all at once (SIGTERM, then SIGKILL after a grace); name -> exit code."""
-    codes: dict[str, int | None] = {}
-
-    async def stop(child: Child) -> None:
-        codes[child.name] = await trio.to_thread.run_sync(child.stop, 15.0)
-
-    async with trio.open_nursery() as nursery:
-        for child in children:
-            nursery.start_soon(stop, child)
-    return codes
-
-
-_PROBLEM = re.compile(r"Traceback|\b(ERROR|CRITICAL|WARNING)\b|Exception")
-
-
-def log_problems(child: Child) -> dict[str, Any] | None:
-    """Lines of a child's log that look like trouble (count and the first few)."""
-    hits = [line for line in child.output().splitlines() if _PROBLEM.search(line)]
-    if not hits:
-        return None
-    return {"lines": len(hits), "first": [h[:300] for h in hits[:4]], "log": str(child.log_path)}
-
-
-async def empty_queue(dsn: str) -> None:
-    """The same starting state for every point (no process of the stack is up)."""
-    await db(dsn, "TRUNCATE maestro_queues, surface_result_blobs, worker_runs")
-    await db(dsn, "VACUUM ANALYZE maestro_queues")
-
-
-@contextlib.asynccontextmanager
-async def spread_sessions(ports: Sequence[int]) -> AsyncIterator[Callable[[], RawSession]]:
-    """A factory of raw keep-alive sessions, each on the next BFF port in turn."""
-    made: list[RawSession] = []
-    cycle = itertools.cycle(ports)
-
-    def make() -> RawSession:
-        made.append(RawSession(next(cycle)))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for session in made:
-            await session.aclose()
 
 
 # -- one point --------------------------------------------------------------------
@@ -223,7 +150,7 @@ class Ctx:
     seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def postgres_pids(self) -> list[int]:
-        return [] if self.pg_pid is None else [self.pg_pid, *_children_of(self.pg_pid)]
+        return postgres_pids(self.pg_pid)
 
 
 def _pids(*pids: int) -> Callable[[], list[int]]:
@@ -248,7 +175,7 @@ async def run_point(ctx: Ctx, n_bff: int, n_worker: int, run: str) -> dict[str, 
     async with trio.open_nursery() as nursery:  # all of them boot at once
         nursery.start_soon(bffs_up)
         nursery.start_soon(workers_up)
-    bffs: list[Bff] = started["bffs"]
+    bffs: list[Hypercorn] = started["bffs"]
     workers: list[Child] = started["workers"]
     start_s = time.perf_counter() - t0
     groups: dict[str, Callable[[], list[int]]] = {}
@@ -264,11 +191,11 @@ async def run_point(ctx: Ctx, n_bff: int, n_worker: int, run: str) -> dict[str, 
     async def one(session: Any, c: int, i: int) -> str | None:
         return (await e2e_once(session, headers, f"{cur['tag']}-{c}-{i}")).error
 
-    async with spread_sessions([b.port for b in bffs]) as new_session:
-        await _closed_loop(plan.warmup_s, plan.clients, new_session, one)
+    async with raw_sessions([b.port for b in bffs]) as new_session:
+        await closed_loop(plan.warmup_s, plan.clients, new_session, one)
         cur["tag"] = f"{run}-p{k}"
         cpu0 = meter.snapshot()
-        lat, errors, elapsed = await _closed_loop(plan.seconds, plan.clients, new_session, one)
+        lat, errors, elapsed = await closed_loop(plan.seconds, plan.clients, new_session, one)
         cpu = meter.since(cpu0)
     exit_codes = await stop_children([*workers, *(b.child for b in bffs)])
     procs = {k[:-4]: v for k, v in cpu.items() if k.endswith("_pct")}
@@ -301,23 +228,13 @@ async def run_point(ctx: Ctx, n_bff: int, n_worker: int, run: str) -> dict[str, 
 
 async def run_hello(ctx: Ctx) -> dict[str, Any]:
     plan = ctx.plan
-    (ctx.tmp / "e2e_hello_app.py").write_text(HELLO_APP)
-    port = free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DATAPLANE_", "MAESTRO_", "SURFACE_", "OTEL_"))
-    }
-    hello = ctx.kids.start("hello", hypercorn_argv(port, "e2e_hello_app:app"), env, cwd=ctx.tmp)
+    hello = await start_hello(ctx.kids, ctx.tmp)
     try:
-        await _wait_http(hello, f"http://{HOST}:{port}/")
-        serving = _serving_child(hello.pid)
-        hello.extra_pids.append(serving)
-        out: dict[str, Any] = await _hello_load(
-            port, serving, CLIENT, plan.hello_seconds, plan.clients
+        out: dict[str, Any] = await hello_load(
+            hello.port, hello.serving, CLIENT, plan.hello_seconds, plan.clients
         )
     finally:
-        await trio.to_thread.run_sync(hello.stop, 10.0)
+        await trio.to_thread.run_sync(hello.child.stop, 10.0)
     out["app"] = "bench/e2e.py's HELLO_APP: QuartTrio, GET / -> 'hello', hypercorn -k trio"
     return out
 
@@ -341,21 +258,6 @@ async def bench(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         hello = await run_hello(ctx)
         print(f"  hello world: {hello['hello_rps']:,.0f} req/s", flush=True)
     return out, hello
-
-
-async def bench_until_signalled(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
-
-    async def watch_sigterm() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for signum in signals:
-                raise KeyboardInterrupt(f"signal {signum}")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_sigterm)
-        result = await bench(ctx)
-        nursery.cancel_scope.cancel()
-    return result
 
 
 def report(
@@ -468,16 +370,11 @@ def run(plan: Plan) -> dict[str, Any]:
     try:
         with scratch_server("dataplane_scaling") as server, children_scope() as kids:
             print(f"server: {server.kind}; logs in {kids.log_dir}", flush=True)
-            settings = server_settings(server.dsn)
-            machine = machine_info(settings.get("server_version", "?"))
-            env = {
-                k: v
-                for k, v in base_env(server.dsn, E2ePlan()).items()
-                if not k.startswith("OTEL_")
-            }
+            settings, machine = server_facts(server)
+            env = stack_env(server.dsn, drop=("OTEL_",))
             migrate_schema(env)
-            ctx = Ctx(server, kids, plan, env, tmp, _postmaster_pid(server))
-            points, hello = trio.run(bench_until_signalled, ctx)
+            ctx = Ctx(server, kids, plan, env, tmp, postmaster_pid(server))
+            points, hello = trio.run(until_signalled, bench, ctx)
             return report(ctx, settings, machine, points, hello)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -486,27 +383,16 @@ def run(plan: Plan) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="short smoke run (~30 s)")
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "scaling.json", help="result JSON path"
-    )
+    output_arg(parser, "scaling")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan)
-    except* KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        print("interrupted; every process started was stopped", file=sys.stderr)
-        return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+    result = run_and_save(
+        lambda: run(plan),
+        args.output,
+        print_tables,
+        "interrupted; every process started was stopped",
+    )
+    return 130 if result is None else 0
 
 
 if __name__ == "__main__":

