@@ -21,8 +21,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
-from dataplane.queue.migrations import migrate
 from dataplane.queue import QueueClient, QueueConfig
+from dataplane.queue.migrations import migrate
 
 TEMPLATE = f"dataplane_template_{os.getpid()}"
 

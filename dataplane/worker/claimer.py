@@ -42,6 +42,7 @@ class Claimer:
         self.claimed = 0  # rows claimed
         self._wake = trio.Event()
         self._stopping = False
+        self._idle_claim: trio.Event | None = None  # set by an idle claim while someone waits
 
     def wake(self) -> None:
         """Claim again now (work may be waiting, or a slot came free)."""
@@ -50,6 +51,13 @@ class Claimer:
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+
+    async def wait_idle_claims(self, count: int = 1) -> None:
+        """Return once ``count`` claim statements in all have found nothing (a test signal)."""
+        while self.idle_claims < count:
+            if self._idle_claim is None:
+                self._idle_claim = trio.Event()
+            await self._idle_claim.wait()
 
     async def run(self, jobs: trio.Nursery) -> None:
         """Claim until :meth:`stop`, starting each claim's execution in ``jobs``."""
@@ -80,6 +88,9 @@ class Claimer:
                     jobs.start_soon(self.execute, self.held.add(job))
                 continue
             self.idle_claims += 1
+            if self._idle_claim is not None:  # someone is in wait_idle_claims
+                self._idle_claim.set()
+                self._idle_claim = None
             with trio.move_on_after(backoff_ms / 1000):
                 await self._wake.wait()
             backoff_ms = min(backoff_ms * 2, config.idle_ms)

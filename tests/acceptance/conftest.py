@@ -44,7 +44,9 @@ async def start_bff(nursery: trio.Nursery) -> tuple[str, Any, trio.Event]:
     config.errorlog = None
     shutdown = trio.Event()
     binds = await nursery.start(
-        functools.partial(serve, RequireTrio(quart_app, REQUIRE_TRIO), config, shutdown_trigger=shutdown.wait)
+        functools.partial(
+            serve, RequireTrio(quart_app, REQUIRE_TRIO), config, shutdown_trigger=shutdown.wait
+        )
     )
     return binds[0], quart_app, shutdown
 

@@ -46,15 +46,21 @@ async def test_two_bff_processes_share_one_queue(
     await b.wait_ready()
     tok = token(staff=True)
     finals: list[SseEvent] = []
+    accepted = 0
+    all_accepted = trio.Event()
     async with httpx.AsyncClient(timeout=30) as http:
 
         async def one(base: str, i: int) -> None:
+            nonlocal accepted
             resp = await http.post(
                 f"{base}/api/probe/q",
                 json={"operation": "sleep", "params": {"ms": 200 + i}},
                 headers=bearer(tok),
             )
             assert resp.status_code == 202
+            accepted += 1
+            if accepted == 30:
+                all_accepted.set()
             _, _, events = await read_sse(http, base + resp.json()["streamUrl"])
             finals.append(events[-1])
 
@@ -62,7 +68,7 @@ async def test_two_bff_processes_share_one_queue(
             async with trio.open_nursery() as nursery:
                 for i in range(30):
                     nursery.start_soon(one, (a.base, b.base)[i % 2], i)
-                await trio.sleep(0.5)
+                await all_accepted.wait()  # all 30 queued through both BFFs, none run yet
                 await spawn_worker()
     assert len(finals) == 30 and all(e.name == "done" for e in finals)
 

@@ -14,8 +14,8 @@ import trio
 from dataplane.db import Database
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError
-from dataplane.surfaces.manifest import OperationContext
 from dataplane.surfaces import all_surfaces
+from dataplane.surfaces.manifest import OperationContext
 from tests.acceptance.test_bff import STAFF, post
 from tests.helpers import bearer
 
@@ -119,14 +119,20 @@ async def test_slow_clients_are_cut_off_without_starving_others(
     await spawn_worker()
     host, port = bff.removeprefix("http://").split(":")
     closed_at: list[float] = []
+    trickling = 0
+    all_trickling = trio.Event()
 
     async def trickler() -> None:
+        nonlocal trickling
         stream = await trio.open_tcp_stream(host, int(port))
         head = (
             "POST /api/probe/q HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {STAFF}\r\nContent-Length: 1000\r\n\r\n"
         )
         await stream.send_all(head.encode())
+        trickling += 1
+        if trickling == 20:
+            all_trickling.set()
         started = trio.current_time()
         answer = b""
         with trio.move_on_after(30):
@@ -146,7 +152,8 @@ async def test_slow_clients_are_cut_off_without_starving_others(
     async with trio.open_nursery() as nursery:
         for _ in range(20):
             nursery.start_soon(trickler)
-        await trio.sleep(0.5)
+        with trio.fail_after(10):
+            await all_trickling.wait()  # every trickler holds a request open
         for i in range(20):  # everyone else is served promptly meanwhile
             with trio.fail_after(5):
                 resp = await http.post(

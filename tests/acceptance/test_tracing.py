@@ -4,6 +4,7 @@ OTLP/HTTP receiver started here (protobuf decoded with opentelemetry-proto)."""
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,7 @@ def attrs(span: Span) -> dict[str, Any]:
 def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
 
-    async def start(otel: dict[str, str]) -> BffProcess:
+    async def start(otel: dict[str, str]) -> tuple[BffProcess, WorkerProcess]:
         env = {**bff_env, **otel}
         bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
         started.append(bff)
@@ -91,7 +92,7 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
         started.append(worker)
         await bff.wait_ready()
         await worker.wait_ready()
-        return bff
+        return bff, worker
 
     yield start
     for proc in started:
@@ -105,7 +106,7 @@ async def test_one_trace_across_bff_and_worker(
     otlp: tuple[str, Received], stack: Callable[..., Any]
 ) -> None:
     endpoint, received = otlp
-    bff = await stack({**OTEL, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    bff, _ = await stack({**OTEL, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
     tok = token(staff=True)
     async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
         first = (
@@ -188,7 +189,7 @@ async def test_without_an_endpoint_nothing_is_exported(
     otlp: tuple[str, Received], stack: Callable[..., Any]
 ) -> None:
     _endpoint, received = otlp
-    bff = await stack(OTEL)  # no OTEL_EXPORTER_OTLP_ENDPOINT
+    bff, worker = await stack(OTEL)  # no OTEL_EXPORTER_OTLP_ENDPOINT
     async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
         for i in range(5):
             resp = await http.post(
@@ -198,5 +199,15 @@ async def test_without_an_endpoint_nothing_is_exported(
             )
             _, _, events = await read_sse(http, resp.json()["streamUrl"])
             assert events[-1].json["result"]["echo"] == i
-    await trio.sleep(1)  # longer than the export delay configured above
+    # A clean stop flushes what the exporters hold (Telemetry.shutdown): once both
+    # processes have exited cleanly, whatever they would have sent has been sent.
+    # (In threads: a flush posts to the receiver served by this very event loop.)
+    await trio.to_thread.run_sync(_stop_cleanly, worker)
+    await trio.to_thread.run_sync(_stop_cleanly, bff)
     assert received.requests == 0 and received.spans == []
+
+
+def _stop_cleanly(proc: BffProcess | WorkerProcess) -> None:
+    """SIGTERM, and the process exits 0 by itself (its after-serving hooks ran)."""
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.proc.wait(timeout=30) == 0, proc.output()

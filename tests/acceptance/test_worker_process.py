@@ -85,12 +85,14 @@ async def test_sigterm_finishes_in_flight_work_and_exits_zero(
         enq = await submit(queue, "probe", "sleep", {"ms": 800})
         await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
         worker.signal(signal.SIGTERM)
+        # It says it is stopping (the claimer is stopped by then) while its job still runs:
+        # a job enqueued now, its wake-up heard by a live worker, must stay pending.
+        await wait_until(lambda: " stopping: " in worker.output(), within=10)
+        late = await submit(queue, "probe", "echo", {"value": "late"})
         assert worker.wait(20) == 0, worker.output()
         row = await queue.get(enq.job_id)
         assert row is not None and row.status == "done" and row.dequeue_count == 1
-        # It stopped claiming: a job enqueued now stays pending.
-        late = await submit(queue, "probe", "echo", {"value": "late"})
-        await trio.sleep(0.3)
+        # It stopped claiming: the job enqueued after the signal stays pending.
         assert await _status(queue, late.job_id) == "pending"
     finally:
         worker.stop()

@@ -38,7 +38,7 @@ async def test_two_bffs_two_workers_one_of_each_killed(queue_dsn: str, tmp_path:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load)
-            await trio.sleep(2)
+            await trio.sleep(2)  # wall-clock: kill mid-load, after 2 s of real load
             workers[0].signal(signal.SIGKILL)
             bffs[0].proc.send_signal(signal.SIGKILL)
         rows = _rows(queue_dsn)
@@ -64,7 +64,7 @@ async def test_listen_connection_killed_again_and_again(queue_dsn: str, tmp_path
             nursery.start_soon(load)
             with psycopg.connect(queue_dsn, autocommit=True) as admin:
                 for _ in range(4):
-                    await trio.sleep(0.5)
+                    await trio.sleep(0.5)  # wall-clock: the load runs on a while between kills
 
                     def kill_listener() -> bool:
                         killed = admin.execute(

@@ -21,8 +21,8 @@ import trio
 
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
-from dataplane.queue.migrations import migrate
 from dataplane.queue import QueueClient
+from dataplane.queue.migrations import migrate
 from tests.conftest import wait_until
 from tests.helpers import WorkerProcess, submit
 

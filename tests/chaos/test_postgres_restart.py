@@ -46,9 +46,9 @@ async def test_postgres_restart_under_load(own_server: EmbeddedPostgres, tmp_pat
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load)
-            await trio.sleep(2)  # under load
+            await trio.sleep(2)  # wall-clock: the stack runs under real load for a while first
             await trio.to_thread.run_sync(own_server.stop, "fast")
-            await trio.sleep(1.5)  # an outage
+            await trio.sleep(1.5)  # wall-clock: the outage lasts this long for every process
             await trio.to_thread.run_sync(own_server.start)
         for proc in [*stack.bffs, *stack.workers]:
             assert proc.proc.poll() is None, "a process died instead of recovering"

@@ -23,8 +23,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from dataplane.db import Database
-from dataplane.edge import RequireTrio
 from dataplane.dev.embedded import free_port
+from dataplane.edge import RequireTrio
 from dataplane.worker import JobReport
 from dataplane.worker.sender import CapcomSender
 from tests.conftest import wait_until
@@ -78,7 +78,10 @@ async def start_capcom(nursery: trio.Nursery) -> Capcom:
     shutdown = trio.Event()
     binds = await nursery.start(
         functools.partial(
-            serve, cast(Any, RequireTrio(quart_app, REQUIRE_TRIO)), config, shutdown_trigger=shutdown.wait
+            serve,
+            cast(Any, RequireTrio(quart_app, REQUIRE_TRIO)),
+            config,
+            shutdown_trigger=shutdown.wait,
         )
     )
     return Capcom(binds[0], quart_app, shutdown)
@@ -299,8 +302,8 @@ async def test_metrics_when_enabled(
     capcom_env: None, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stand-in for setup_telemetry: the real one would install global providers.
-    from telemetry import capcom as capcom_module
     from dataplane.observability.otel import Telemetry
+    from telemetry import capcom as capcom_module
 
     monkeypatch.setattr(
         capcom_module, "setup_telemetry", lambda name: Telemetry(name, prometheus=True)

@@ -70,7 +70,7 @@ async def test_pool_acquire_times_out_when_every_connection_is_busy(
     config = DatabaseConfig(queue_dsn, pool_size=1, acquire_timeout=0.2)
     async with open_database(config, loop=bridge) as small, trio.open_nursery() as nursery:
         nursery.start_soon(small.fetchone, "SELECT pg_sleep(1)")
-        await trio.sleep(0.1)
+        await wait_until(lambda: small.statistics().in_use == 1, within=5)  # it holds the one slot
         with pytest.raises(PoolTimeout):
             await small.fetchone("SELECT 1")
     assert small.statistics().acquire_timeouts == 1

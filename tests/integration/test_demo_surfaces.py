@@ -21,8 +21,8 @@ from pypdf import PdfReader
 from dataplane.db import Database
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError
-from dataplane.surfaces.manifest import BlobResult, OperationContext, Surface
 from dataplane.surfaces import accounting, demo, learnerviews, skills, users
+from dataplane.surfaces.manifest import BlobResult, OperationContext, Surface
 
 ACME_BRANCHES = {"acme-east", "acme-north", "acme-south", "acme-west"}
 

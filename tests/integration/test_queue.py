@@ -32,15 +32,21 @@ async def test_concurrent_identical_enqueues_coalesce_on_one_row(
         client = QueueClient(db)
         results = []
         gate = trio.Event()
+        at_gate = 0
+        all_at_gate = trio.Event()
 
         async def one() -> None:
+            nonlocal at_gate
+            at_gate += 1
+            if at_gate == 50:
+                all_at_gate.set()
             await gate.wait()
             results.append(await client.enqueue(T, "same-key", {"op": "echo"}))
 
         async with trio.open_nursery() as nursery:
             for _ in range(50):
                 nursery.start_soon(one)
-            await trio.sleep(0.05)
+            await all_at_gate.wait()  # all 50 are lined up: open the gate on them at once
             gate.set()
 
         assert db.statistics().connects >= 25  # really concurrent, not serialised on one
@@ -108,7 +114,7 @@ async def test_four_claimers_take_every_job_exactly_once(queue_dsn: str, bridge:
                 jobs = await client.claim(T, worker, limit=25)
                 if not jobs:
                     idle += 1
-                    await trio.sleep(0.01)
+                    await trio.sleep(0.01)  # a polling interval: three empty claims end this one
                     continue
                 idle = 0
                 claimed[worker].extend(j.id for j in jobs)

@@ -49,7 +49,7 @@ async def test_reaper_deletes_exactly_what_retention_says(db: Database, queue: Q
     below = (await queue.enqueue(T, "g", {}, max_dequeues=3)).job_id
     claimed = {j.id for j in await queue.claim(T, "w", limit=10, lease_seconds=0.05)}
     assert {at_cutoff, below} <= claimed
-    await trio.sleep(0.1)
+    await trio.sleep(0.1)  # wall-clock: the 0.05 s leases must lapse in Postgres' clock (now())
 
     listener = db.listener([done_channel(T)])
     async with trio.open_nursery() as nursery:

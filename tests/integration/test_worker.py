@@ -10,13 +10,20 @@ from dataclasses import replace
 from typing import Any
 
 import trio
+import trio.testing
 
-from dataplane.worker.cache import INVALIDATE_CHANNEL
 from dataplane.db import Database, Notification
-from dataplane.surfaces.manifest import STAFF_ONLY, Operation, OperationContext, branch_in_scope, surface_of
 from dataplane.queue import QueueClient, done_channel
 from dataplane.surfaces import probe
+from dataplane.surfaces.manifest import (
+    STAFF_ONLY,
+    Operation,
+    OperationContext,
+    branch_in_scope,
+    surface_of,
+)
 from dataplane.worker import JobReport, Worker, WorkerConfig
+from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
 from tests.helpers import NORTH, STAFF, envelope, submit
 
@@ -81,7 +88,7 @@ async def test_echo_runs_and_completes_with_the_data(queue: QueueClient) -> None
 async def test_enqueue_notify_wakes_an_idle_worker_at_once(queue: QueueClient) -> None:
     # A 60 s poll ceiling: only the notify can explain a prompt claim.
     async with running_worker(queue, idle_ms=60_000, poll_start_ms=60_000) as (worker, _):
-        await trio.sleep(0.2)
+        await worker.claimer.wait_idle_claims(1)  # its first claim found nothing: it sleeps 60 s
         claims_before = worker.statistics().claims
         enq = await submit(queue, "probe", "echo", {"value": 1})
         with trio.fail_after(5):
@@ -155,18 +162,17 @@ async def test_the_worker_re_checks_gates_on_forged_rows(queue: QueueClient) -> 
     assert len(calls) == 2  # the handler never ran for the forged requests
 
 
-def _counting_surface(ttl: float) -> tuple[Any, list[int]]:
+def _counting_surface(ttl: float, gate: trio.Event | None = None) -> tuple[Any, list[int]]:
+    """A surface counting its handler runs; each run holds until ``gate`` is set, if given."""
     runs: list[int] = []
 
     async def handler(ctx: OperationContext) -> Any:
         runs.append(1)
-        await trio.sleep(ctx.params.get("delay", 0))
+        if gate is not None:
+            await gate.wait()
         return {"n": ctx.params.get("n"), "client": ctx.auth.client}
 
-    schema = {
-        "type": "object",
-        "properties": {"n": {"type": "integer"}, "delay": {"type": "number"}},
-    }
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     return (
         surface_of(
             Operation("cached", 1, schema, handler, ttl_seconds=ttl),
@@ -202,8 +208,9 @@ async def test_cache_hit_miss_bypass_and_scope_isolation(queue: QueueClient) -> 
 
 async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db: Database) -> None:
     """Two live rows with one dedupe key, claimed together: one handler execution."""
-    surface, runs = _counting_surface(ttl=0)
-    env = envelope("counted", "fresh", {"n": 7, "delay": 0.3})
+    release = trio.Event()
+    surface, runs = _counting_surface(ttl=0, gate=release)
+    env = envelope("counted", "fresh", {"n": 7})
     # Force what the unique index normally prevents (as a lease-lapse double claim would).
     first = await queue.enqueue("surface-counted", env.dedupe_key, env.to_json())
     second = await queue.enqueue("surface-counted", "twin", env.to_json())
@@ -212,7 +219,12 @@ async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db:
         "UPDATE maestro_queues SET dedupe_key = %(k)s WHERE id = %(id)s",
         {"k": env.dedupe_key, "id": second.job_id},
     )
-    async with running_worker(queue, surface, concurrency=4):
+    async with running_worker(queue, surface, concurrency=4) as (worker, _):
+        # Both rows claimed, and every task blocked: the leader in its handler (held by
+        # the gate), the twin waiting on the leader's flight. Only then may it finish.
+        await wait_until(lambda: worker.statistics().in_flight == 2, within=10)
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
         a = await wait_done(queue, first.job_id)
         b = await wait_done(queue, second.job_id)
     assert len(runs) == 1
@@ -239,6 +251,8 @@ async def test_heartbeat_keeps_a_job_longer_than_its_lease(queue: QueueClient) -
         enq = await submit(queue, "probe", "sleep", {"ms": 2000})
         await wait_until(lambda: _is_in_progress(queue, enq.job_id), within=5)
         # Meanwhile a rival keeps trying to claim it: it never can.
+        # Wall-clock: the 0.6 s lease lapses in Postgres' clock unless renewed, so the
+        # rival must keep trying across several lease periods of real time.
         with trio.move_on_after(1.6):
             while True:
                 assert await queue.claim("surface-probe", "rival") == []

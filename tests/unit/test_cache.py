@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from dataplane.worker.cache import SingleFlight, TtlCache
 from dataplane.errors import InvalidArgument
+from dataplane.worker.cache import SingleFlight, TtlCache
 
 
 def test_cap_evicts_oldest_first_and_re_put_refreshes_order() -> None:
@@ -39,14 +39,16 @@ def test_expiry_and_tag_invalidation() -> None:
         cache.put("w", 1, 0)
 
 
-async def test_single_flight_shares_one_execution() -> None:
+async def test_single_flight_shares_one_execution(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     flight: SingleFlight[int] = SingleFlight()
     runs: list[int] = []
     results: list[tuple[int, bool]] = []
 
     async def work() -> int:
         runs.append(1)
-        await trio.sleep(1)
+        await trio.sleep(1)  # virtual time (autojump_clock): the callers pile up meanwhile
         return 42
 
     async def call() -> None:
@@ -66,7 +68,7 @@ async def test_single_flight_shares_errors_and_recovers_from_a_cancelled_leader(
     flight: SingleFlight[int] = SingleFlight()
 
     async def boom() -> int:
-        await trio.sleep(1)
+        await trio.sleep(1)  # virtual time (autojump_clock)
         raise ValueError("boom")
 
     errors: list[BaseException] = []
@@ -87,7 +89,7 @@ async def test_single_flight_shares_errors_and_recovers_from_a_cancelled_leader(
 
     async def slow() -> int:
         runs.append("run")
-        await trio.sleep(10)
+        await trio.sleep(10)  # virtual time (autojump_clock)
         return 7
 
     got: list[tuple[int, bool]] = []

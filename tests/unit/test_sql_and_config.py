@@ -9,10 +9,10 @@ import pytest
 
 from dataplane.bff.config import BffConfig
 from dataplane.config import from_env
+from dataplane.db.sql import parse_queries, q, queries, sql_root
 from dataplane.errors import ConfigError
 from dataplane.queue import QueueConfig
 from dataplane.worker.config import WorkerConfig, WorkerProcessConfig
-from dataplane.db.sql import parse_queries, q, queries, sql_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
