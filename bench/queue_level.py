@@ -58,9 +58,9 @@ from dataplane.db import Database, DatabaseConfig, Gap, open_bridge, open_databa
 from dataplane.queue import ClaimedJob, Completion, QueueClient, wake_channel
 from dataplane.queue.migrations import migrate
 
-WAKE_TYPE = "bench-wake"
-SEQ_TYPE = "bench-seq"
-DRAIN_TYPE = "bench-drain"
+WAKE_TYPE = "surface-bench_wake"
+SEQ_TYPE = "surface-bench_seq"
+DRAIN_TYPE = "surface-bench_drain"
 NOOP_RESULT: dict[str, Any] = {"ok": True}
 
 POOL_SIZE = 16

@@ -33,9 +33,9 @@ over Postgres' processes; ``pg_stat_activity`` client connections by
 ``pg_stat_user_tables``; rows by status; requests, throughput, errors and
 latency of the interval.
 
-Retention: a worker runs the reaper hourly, and only while idle, with a 24 h
-``done`` retention, so a soak of minutes would never see it. Standing in for
-that production pass, the bench runs ``reap_once`` itself after every sample,
+Retention: the workers' elected maintenance pass keeps ``done`` rows 24 h, so a
+soak of minutes would never see one deleted. Standing in for that production
+retention, the bench runs ``reap_once`` itself after every sample,
 with ``RetentionConfig(done_seconds=poison_seconds=Plan.retention_s)``
 (run length / 8, between 15 and 60 s). Blobs (invoice PDFs) have a fixed 24 h TTL
 the reaper honours; standing in for a TTL of ``retention_s``, the bench moves
@@ -120,7 +120,8 @@ from bench._procs import (
 from bench._stack import migrate_schema, stack_env, start_bff, wait_serving
 from dataplane.bff.auth import mint_token
 from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.queue.reaper import REAP_INTERVAL_SECONDS, RetentionConfig, reap_once
+from dataplane.queue.maintenance import MAINTENANCE_SECONDS
+from dataplane.queue.reaper import RetentionConfig, reap_once
 from dataplane.surfaces.demo_db import create_demo_db
 
 JWT_SECRET = "bench-soak-secret-that-is-long-enough-for-hs256!"
@@ -941,8 +942,8 @@ def report(
             + ", ".join(f"{op}={w}" for op, w in WEIGHTS.items()),
             "retention": f"reap_once(RetentionConfig(done_seconds={plan.retention_s:g}, "
             f"poison_seconds={plan.retention_s:g})) run by the bench after every sample, "
-            "standing in for the worker's hourly idle-time pass (24 h done / 7 d poison "
-            f"retention, every {REAP_INTERVAL_SECONDS:g} s)",
+            "standing in for the workers' elected maintenance pass (24 h done / 7 d poison "
+            f"retention, every {MAINTENANCE_SECONDS:g} s)",
             "blob_ttl": "real (24 h): blobs are never reaped in a soak"
             if real_blob_ttl
             else f"stand-in: before each pass blobs older than {plan.retention_s:g} s get "

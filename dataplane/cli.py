@@ -74,6 +74,25 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
     return await serve_worker(from_env(WorkerProcessConfig))
 
 
+async def _cmd_maintenance(args: argparse.Namespace) -> int:
+    from dataplane.queue.maintenance import Maintenance
+
+    async with (
+        open_bridge(),
+        open_database(
+            DatabaseConfig(_queues_url(), pool_size=1, application_name="maintenance")
+        ) as db,
+    ):
+        maintenance = Maintenance(db, interval=args.interval)
+        if not args.once:
+            await maintenance.run()  # until Ctrl-C / SIGTERM ends the process
+        result = await maintenance.run_once()
+    if result is None:
+        return 1
+    print(result if result.elected else "another process holds the maintenance lock")
+    return 0
+
+
 async def _cmd_demo_db(args: argparse.Namespace) -> int:
     from dataplane.surfaces.demo_db import create_demo_db
 
@@ -159,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
 
+    maint = sub.add_parser(
+        "maintenance",
+        help="retention and lapsed leases (workers run it too; one process at a time)",
+    )
+    maint.add_argument("--once", action="store_true", help="one pass, then exit")
+    maint.add_argument("--interval", type=float, default=60.0, help="seconds between passes")
+
     demo = sub.add_parser(
         "demo-db", help="create and seed the demo client DB; print its read-only DSN"
     )
@@ -189,6 +215,7 @@ COMMANDS = {
     "migrate": _cmd_migrate,
     "jobs": _cmd_jobs,
     "worker": _cmd_worker,
+    "maintenance": _cmd_maintenance,
     "demo-db": _cmd_demo_db,
     "invalidate": _cmd_invalidate,
 }

@@ -42,24 +42,37 @@ class ApiError(Exception):
         403: "FORBIDDEN",
         404: "NOT_FOUND",
         405: "METHOD_NOT_ALLOWED",
+        409: "CONFLICT",
         413: "PAYLOAD_TOO_LARGE",
         415: "UNSUPPORTED_MEDIA_TYPE",
+        429: "TOO_MANY_REQUESTS",
         503: "UNAVAILABLE",
     }
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        *,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code or self.CODES.get(status, "ERROR")
         self.message = message
+        self.retry_after = retry_after
 
     def response(self) -> Response:
         body = {"error": {"status": self.status, "code": self.code, "message": self.message}}
         resp = Response(json.dumps(body), status=self.status, mimetype="application/json")
         if self.status == 401:
             resp.headers["WWW-Authenticate"] = 'Bearer realm="dataplane"'
-        if self.status == 503:
-            resp.headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+        retry_after = self.retry_after
+        if retry_after is None and self.status == 503:
+            retry_after = UNAVAILABLE_RETRY_AFTER
+        if retry_after is not None:
+            resp.headers["Retry-After"] = str(retry_after)
         return resp
 
 

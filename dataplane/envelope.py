@@ -2,9 +2,11 @@
 
 ``scopeKey = sha256(canonical(sorted(branches)) | staff)`` and
 ``dedupeKey = sha256(surface | operation | version | client | scopeKey |
-canonical(params))``, where canonical JSON has sorted keys, no insignificant
-whitespace and UTF-8 text. Two operators whose scopes differ never share a job
-or a cache entry; equal params in any key order share both.
+canonical(params) [| tier])``, where canonical JSON has sorted keys, no
+insignificant whitespace and UTF-8 text, and the tier (the queue type's suffix,
+``-dev``) is appended when not live. Two operators whose scopes differ never
+share a job or a cache entry; equal params in any key order share both; the live
+and dev tiers, sharing one queue DB, never share a row.
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ def dedupe_key(
     client: str,
     scope: str,
     params: Mapping[str, Any],
+    tier: str = "",
 ) -> str:
     parts = [surface, operation, str(version), client, scope, canonical_json(params)]
     if any("|" in p for p in parts[:4]):
         raise InvalidArgument("surface, operation and client may not contain '|'")
+    if tier:  # the live tier keeps the keys it always had
+        parts.append(tier)
     return _sha256("|".join(parts))
 
 
@@ -118,6 +123,7 @@ class Envelope:
     params: dict[str, Any]
     auth: Auth
     traceparent: str | None = None
+    tier: str = ""  # the queue type's suffix: "" (live) or "-dev"
 
     @property
     def dedupe_key(self) -> str:
@@ -128,6 +134,7 @@ class Envelope:
             self.auth.client,
             self.auth.scope_key,
             self.params,
+            self.tier,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -141,6 +148,8 @@ class Envelope:
         }
         if self.traceparent:
             out["traceparent"] = self.traceparent
+        if self.tier:
+            out["tier"] = self.tier
         return out
 
     @classmethod
@@ -162,6 +171,9 @@ class Envelope:
         if not isinstance(auth, Mapping):
             raise InvalidArgument("envelope auth must be an object")
         traceparent = data.get("traceparent")
+        tier = data.get("tier", "")
+        if not isinstance(tier, str):
+            raise InvalidArgument("envelope tier must be a string")
         return cls(
             surface=surface,
             operation=operation,
@@ -169,4 +181,5 @@ class Envelope:
             params=params,
             auth=Auth.from_json(auth),
             traceparent=traceparent if isinstance(traceparent, str) else None,
+            tier=tier,
         )

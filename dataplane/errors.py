@@ -37,6 +37,17 @@ class PoolTimeout(DatabaseUnavailable):
     """No pooled connection became free within the acquire timeout."""
 
 
+class QueueFull(DataPlaneError):
+    """An enqueue refused by backpressure: the queue type has as many live rows as it
+    may (``scope == "type"``), or the client its share of them (``scope == "client"``)."""
+
+    def __init__(self, queue_type: str, scope: str) -> None:
+        who = "this client's share of" if scope == "client" else "the limit of"
+        super().__init__(f"{queue_type} is at {who} live jobs; try again later")
+        self.queue_type = queue_type
+        self.scope = scope
+
+
 class LeaseLost(DataPlaneError):
     """A fenced write found the row no longer held by this claim.
 

@@ -9,7 +9,7 @@ Every failure is an :class:`AuthError` (HTTP 401) that says what was wrong.
 
 Stream tokens ride in ``streamUrl``/``pollUrl``/blob URLs because EventSource
 cannot send headers. They are short-lived HMAC-SHA256-signed tokens bound to one
-job id and to the caller's surface, client and scope key, signed with a key of
+job id and to the caller's surface, client, scope key and tier, signed with a key of
 the BFF's (``DATAPLANE_STREAM_SECRET``, else derived from the JWT secret). They
 are not JWTs: a fixed format is cheaper to mint and check on every request.
 """
@@ -35,7 +35,7 @@ from dataplane.errors import ConfigError, DataPlaneError, InvalidArgument
 LEEWAY_SECONDS = 30  # clock skew tolerated on exp/nbf/iat
 STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid
 STREAM_AUDIENCE = "dataplane-stream"
-STREAM_TOKEN_VERSION = "s1"
+STREAM_TOKEN_VERSION = "s2"  # s2: bound to the tier as well
 MAX_TOKEN_BYTES = 8192
 
 
@@ -177,6 +177,7 @@ class StreamGrant:
     client: str
     scope_key: str
     coalesced: bool
+    tier: str = ""  # the BFF's queue suffix: a live token never reads a dev job
 
 
 class StreamTokens:
@@ -207,6 +208,7 @@ class StreamTokens:
             grant.client,
             grant.scope_key,
             "1" if grant.coalesced else "0",
+            grant.tier,
             str(expires),
         ]
         if any("|" in f for f in fields):
@@ -225,16 +227,16 @@ class StreamTokens:
         if not hmac.compare_digest(mac, self._sign(body)):
             raise AuthError("invalid stream token: bad signature")
         parts = body.decode("utf-8", "replace").split("|")
-        if len(parts) != 7 or parts[0] != STREAM_TOKEN_VERSION:
+        if len(parts) != 8 or parts[0] != STREAM_TOKEN_VERSION:
             raise AuthError("invalid stream token: unknown format")
-        _v, job_id, surface, client, scope, coalesced, expires = parts
+        _v, job_id, surface, client, scope, coalesced, tier, expires = parts
         try:
             expired = int(expires) + LEEWAY_SECONDS < time.time()
         except ValueError:
             raise AuthError("invalid stream token: bad expiry") from None
         if expired:
             raise AuthError("stream token expired")
-        return StreamGrant(job_id, surface, client, scope, coalesced == "1")
+        return StreamGrant(job_id, surface, client, scope, coalesced == "1", tier)
 
     def _sign(self, body: bytes) -> bytes:
         return hmac.new(self._key, STREAM_AUDIENCE.encode() + b"|" + body, hashlib.sha256).digest()

@@ -71,7 +71,11 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
         grant = p.tokens.check(token)
     except AuthError as exc:
         raise ApiError(401, str(exc)) from None
-    if grant.job_id != str(jid) or grant.surface != surface.id:
+    if (
+        grant.job_id != str(jid)
+        or grant.surface != surface.id
+        or grant.tier != p.config.queue_suffix
+    ):
         raise ApiError(404, "no such job")
     return JobTarget(jid, grant.client, grant.scope_key, grant)
 
@@ -104,6 +108,14 @@ def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
         }
         out["coalesced"] = attached
         return out | _timings(row)
+    if row.status == "cancelled":
+        out["error"] = {
+            "status": 409,
+            "code": "CANCELLED",
+            "message": "the job was cancelled by its requester before it ran",
+        }
+        out["coalesced"] = attached
+        return out
     result = row.result if isinstance(row.result, dict) else {"data": row.result}
     if "error" in result:
         out["error"] = result["error"]
@@ -121,7 +133,12 @@ def _blob_ref(p: Plane, row: JobRow, stored: dict[str, Any], attached: bool) -> 
     surface = str(row.payload.get("surface"))
     owner = row.payload["auth"]
     grant = StreamGrant(
-        str(row.id), surface, str(owner["client"]), str(owner["scopeKey"]), attached
+        str(row.id),
+        surface,
+        str(owner["client"]),
+        str(owner["scopeKey"]),
+        attached,
+        p.config.queue_suffix,
     )
     return {**stored, "url": blob_url(surface, str(row.id), p.tokens.mint(grant))}
 

@@ -15,7 +15,7 @@ from dataplane.surfaces.manifest import Surface
 ERROR = {"$ref": "#/components/schemas/Error"}
 SSE_EVENT = {
     "type": "object",
-    "description": "One event: queued, then done, or error with code TIMEOUT or POISON",
+    "description": "One event: queued, then done, or error with code TIMEOUT, POISON or CANCELLED",
     "properties": {
         "event": {"enum": ["queued", "done", "error"]},
         "data": {"type": "string", "description": "JSON: the job's status or answer"},
@@ -31,9 +31,11 @@ def _error_responses(*statuses: int) -> dict[str, Any]:
         401: "No, invalid or expired token",
         403: "A gate refused the caller",
         404: "Unknown surface, operation or job (or not the caller's)",
+        409: "The job is not pending (running or finished): it cannot be cancelled",
         413: "Body over 64 KiB",
         415: "Body is not application/json",
-        503: "Plane not configured, or queue DB unreachable",
+        429: "This client has its share of the surface's live jobs: retry after Retry-After",
+        503: "Plane not configured, queue DB unreachable, or the surface's queue is full",
     }
     return {
         str(s): {"description": text[s], "content": {"application/json": {"schema": ERROR}}}
@@ -110,7 +112,7 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
                         "application/json": {"schema": {"$ref": "#/components/schemas/Queued"}}
                     },
                 },
-                **_error_responses(400, 401, 403, 404, 413, 415, 503),
+                **_error_responses(400, 401, 403, 404, 413, 415, 429, 503),
             },
         }
     }
@@ -135,7 +137,28 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
                 },
                 **_error_responses(401, 404, 503),
             },
-        }
+        },
+        "delete": {
+            "operationId": f"{sid}_cancel",
+            "summary": "Cancel a pending job (coalesced requests keep it alive)",
+            "security": SECURITY,
+            "parameters": JOB_PARAMS,
+            "responses": {
+                "200": {
+                    "description": "Cancelled: its streams end with event: error CANCELLED",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
+                    },
+                },
+                "202": {
+                    "description": "This request withdrawn; other requesters keep the job",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
+                    },
+                },
+                **_error_responses(401, 404, 409, 503),
+            },
+        },
     }
     paths[base + "/{jobId}/stream"] = {
         "get": {
@@ -228,7 +251,8 @@ COMPONENTS: dict[str, Any] = {
             "required": ["jobId", "status"],
             "properties": {
                 "jobId": {"type": "string"},
-                "status": {"enum": ["pending", "in_progress"]},
+                "status": {"enum": ["pending", "in_progress", "cancelled"]},
+                "requesters": {"type": "integer"},
             },
         },
         "Answer": {
@@ -236,7 +260,7 @@ COMPONENTS: dict[str, Any] = {
             "required": ["jobId", "status"],
             "properties": {
                 "jobId": {"type": "string"},
-                "status": {"enum": ["done", "poison"]},
+                "status": {"enum": ["done", "poison", "cancelled"]},
                 "result": {},
                 "error": {"type": "object"},
                 "blobRef": {

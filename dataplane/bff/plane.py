@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.bff.auth import JwtVerifier, StreamTokens
+from dataplane.bff.backpressure import LiveLoad
 from dataplane.bff.config import BffConfig
 from dataplane.bff.pump import ReplyPump
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
@@ -34,6 +35,7 @@ class Plane:
     db: Database
     queue: QueueClient
     pump: ReplyPump
+    load: LiveLoad
     verifier: JwtVerifier
     tokens: StreamTokens
 
@@ -66,9 +68,11 @@ async def serve_plane(
         queue = QueueClient(db, config.queue)
         channels = [s.queue_type(config.queue_suffix).done_channel for s in surfaces.values()]
         pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
-        state.plane = Plane(config, surfaces, db, queue, pump, verifier, tokens)
+        load = LiveLoad(queue, config.queue)
+        state.plane = Plane(config, surfaces, db, queue, pump, load, verifier, tokens)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump.run)
+            nursery.start_soon(load.run)
             await pump.listener.wait_connected()
             ready.set()
             log.info(

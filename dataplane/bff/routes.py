@@ -28,10 +28,17 @@ from dataplane.bff.urls import poll_url, stream_url
 from dataplane.db import q
 from dataplane.edge import ApiError, json_response, prometheus_response, server_span
 from dataplane.envelope import Envelope
-from dataplane.errors import DatabaseError, DatabaseUnavailable, HttpError, InvalidArgument
+from dataplane.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    HttpError,
+    InvalidArgument,
+    QueueFull,
+)
 from dataplane.observability.metrics import instruments
 from dataplane.observability.otel import prometheus_text
 from dataplane.observability.tracing import current_traceparent, links_to, messaging, tracer
+from dataplane.queue import EnqueueResult
 from dataplane.surfaces import all_surfaces
 from dataplane.surfaces.manifest import Surface
 
@@ -39,6 +46,7 @@ MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 32  # nesting levels a request body may have
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
 RETRY_AFTER_SECONDS = 1
+BACKPRESSURE_RETRY_AFTER = 5  # seconds a refused POST is told to wait
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
@@ -98,13 +106,25 @@ async def enqueue(surface_id: str) -> Response:
         kind=SpanKind.PRODUCER,
         attributes=messaging("send", queue_type.name, surface=surface.id, operation=op.name),
     ) as send:
-        env = Envelope(surface.id, op.name, op.version, params, auth, current_traceparent())
+        env = Envelope(
+            surface.id,
+            op.name,
+            op.version,
+            params,
+            auth,
+            current_traceparent(),
+            tier=p.config.queue_suffix,
+        )
         try:
-            result = await p.queue.enqueue(queue_type, env.dedupe_key, env.to_json())
+            result = await _enqueue(p, surface, env)
         except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
             raise ApiError(400, f"params: {exc}") from None
         except DatabaseUnavailable as exc:
             raise ApiError(503, f"the queue is unreachable: {exc}") from None
+        except QueueFull as exc:
+            instruments().refused.add(1, {"surface": surface.id, "scope": exc.scope})
+            status = 429 if exc.scope == "client" else 503
+            raise ApiError(status, str(exc), retry_after=BACKPRESSURE_RETRY_AFTER) from None
         job_id = str(result.job_id)
         send.set_attribute("messaging.message.id", job_id)
         send.set_attribute("dataplane.coalesced", result.coalesced)
@@ -117,7 +137,14 @@ async def enqueue(surface_id: str) -> Response:
     if result.coalesced:
         metrics.coalesced.add(1, {"layer": "transport", "surface": surface.id})
     token = p.tokens.mint(
-        StreamGrant(job_id, surface.id, auth.client, auth.scope_key, result.coalesced)
+        StreamGrant(
+            job_id,
+            surface.id,
+            auth.client,
+            auth.scope_key,
+            result.coalesced,
+            p.config.queue_suffix,
+        )
     )
     body = {
         "jobId": job_id,
@@ -129,6 +156,22 @@ async def enqueue(surface_id: str) -> Response:
     resp.headers["Location"] = body["pollUrl"]
     resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return resp
+
+
+async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:
+    """Enqueue under backpressure: over a limit, only attaching to a live job is allowed."""
+    queue_type = p.queue_type(surface).name
+    try:
+        p.load.check(queue_type, env.auth.client)
+    except QueueFull:
+        attached = await p.queue.attach(env.dedupe_key)
+        if attached is None:
+            raise
+        return attached
+    result = await p.queue.enqueue(queue_type, env.dedupe_key, env.to_json())
+    if not result.coalesced:
+        p.load.added(queue_type, env.auth.client)
+    return result
 
 
 @routes.get("/api/<surface_id>/q/<job_id>")
@@ -143,6 +186,25 @@ async def poll(surface_id: str, job_id: str) -> Response:
         resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return resp
     return json_response(answer(p, row, target.grant))
+
+
+@routes.delete("/api/<surface_id>/q/<job_id>")
+@server_span("/api/{surface}/q/{jobId}")
+async def cancel(surface_id: str, job_id: str) -> Response:
+    """Withdraw this request from a pending job; the last requester cancels it."""
+    p = plane()
+    surface = surface_of(p, surface_id)
+    row = await read_job(p, surface, job_target(p, surface, job_id))
+    outcome = await queue_call(p.queue.cancel(row.id))
+    if outcome.status == "cancelled":
+        instruments().cancelled.add(1, {"surface": surface.id})
+        return json_response({"jobId": str(row.id), "status": "cancelled"})
+    if outcome.status == "pending":  # coalesced requests keep the job alive
+        body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}
+        return json_response(body, 202)
+    current = await queue_call(p.queue.get(row.id))
+    status = current.status if current is not None else row.status
+    raise ApiError(409, f"the job is {status}: only a pending job can be cancelled")
 
 
 @routes.get("/api/<surface_id>/q/<job_id>/blob")

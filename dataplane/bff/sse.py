@@ -1,7 +1,7 @@
 """Server-Sent Events for one job: ``queued``, then ``done`` or ``error``.
 
 Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
-``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON`` 3. A ``: keep-alive`` comment
+``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON``/``CANCELLED`` 3. A ``: keep-alive`` comment
 goes out every 15 s. Past the stream deadline the stream ends with ``TIMEOUT``;
 the job keeps running and its answer stays on the row.
 """
@@ -84,7 +84,7 @@ def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, ret
         attributes=messaging("receive", row.type, str(row.id), outcome=row.status),
     ):
         body = answer(p, row, grant)
-        if row.status == "poison":
+        if row.status in ("poison", "cancelled"):
             data = {"jobId": body["jobId"], **body["error"]}
             out = event("error", EVENT_FINAL, data, retry=retry)
         else:

@@ -64,6 +64,15 @@ class Instruments:
         self.enqueued: Counter = meter.create_counter(
             "dataplane.enqueued", unit="1", description="Accepted POSTs, by surface (BFF)"
         )
+        self.refused: Counter = meter.create_counter(
+            "dataplane.enqueue.refused",
+            unit="1",
+            description="POSTs refused by backpressure, by surface and scope (type: 503, "
+            "client: 429) (BFF)",
+        )
+        self.cancelled: Counter = meter.create_counter(
+            "dataplane.cancelled", unit="1", description="Jobs cancelled by their requesters"
+        )
         self.capcom_received: Counter = meter.create_counter(
             "dataplane.capcom.received",
             unit="1",

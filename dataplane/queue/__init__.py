@@ -6,7 +6,8 @@
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
   claim, renew, complete, fail, release, readers), fenced where a claimer writes;
-* :mod:`~dataplane.queue.reaper`: retention passes;
+* :mod:`~dataplane.queue.reaper`, :mod:`~dataplane.queue.maintenance`: maintenance
+  passes (retention, lapsed last claims) and their elected schedule;
 * :mod:`~dataplane.queue.migrations`: the ordered schema migrations.
 
 It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
@@ -16,6 +17,7 @@ from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
 from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
 from dataplane.queue.records import (
     Blob,
+    CancelResult,
     ClaimedJob,
     Completion,
     EnqueueResult,
@@ -41,6 +43,7 @@ __all__ = [
     "MAX_DEQUEUES",
     "STATUSES",
     "Blob",
+    "CancelResult",
     "ClaimedJob",
     "Completion",
     "EnqueueResult",

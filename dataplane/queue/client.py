@@ -36,6 +36,7 @@ from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLos
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.records import (
     Blob,
+    CancelResult,
     ClaimedJob,
     Completion,
     EnqueueResult,
@@ -79,22 +80,29 @@ class QueueClient:
         cutoff = self.config.max_dequeues if max_dequeues is None else max_dequeues
         if not isinstance(cutoff, int) or cutoff < 1:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {cutoff!r}")
+        auth = payload.get("auth")
+        client = auth.get("client") if isinstance(auth, Mapping) else None
         params = {
             "type": type_name,
             "dedupe_key": dedupe_key,
             "payload": to_json(payload, what="payload"),
             "max_dequeues": cutoff,
+            "client": client if isinstance(client, str) else "",
         }
         for _ in range(ENQUEUE_ATTEMPTS):
             row = await self.db.fetchone(q("job_enqueue"), params)
             if row is None:
-                # The conflicting row committed after this statement's snapshot.
-                row = await self.db.fetchone(q("job_find_live"), {"dedupe_key": dedupe_key})
-            if row is not None:
-                return EnqueueResult(
-                    row["id"], row["coalesced"], row["status"], row.get("traceparent")
-                )
+                continue  # an identical row committed after the statement's snapshot
+            return EnqueueResult(row["id"], row["coalesced"], row["status"], row["traceparent"])
         raise DatabaseError(f"enqueue of {dedupe_key!r} kept racing with finishing rows")
+
+    async def attach(self, dedupe_key: str) -> EnqueueResult | None:
+        """Attach to the live job of ``dedupe_key`` if there is one; never adds a row
+        (what a caller under backpressure may still do)."""
+        row = await self.db.fetchone(q("job_attach"), {"dedupe_key": dedupe_key})
+        if row is None:
+            return None
+        return EnqueueResult(row["id"], row["coalesced"], row["status"], row["traceparent"])
 
     # -- consumer ---------------------------------------------------------
 
@@ -204,6 +212,17 @@ class QueueClient:
         status: str = row["status"]
         return status
 
+    async def cancel(self, job_id: uuid.UUID | str) -> CancelResult:
+        """One requester withdraws from a pending job; the last one cancels it.
+
+        A running or finished job is not touched (``CancelResult.status`` is then
+        ``None``: read the row to say what it is).
+        """
+        row = await self.db.fetchone(q("job_cancel"), {"id": job_uuid(job_id)})
+        if row is None:
+            return CancelResult(None, 0)
+        return CancelResult(row["status"], row["requesters"])
+
     async def release(self, jobs: Sequence[ClaimedJob]) -> set[uuid.UUID]:
         """Hand held jobs back (shutdown): pending at once, the claim not counted."""
         if not jobs:
@@ -246,6 +265,11 @@ class QueueClient:
         """Re-drive a poison job; False if it is not poison (or does not exist)."""
         row = await self.db.fetchone(q("job_retry"), {"id": job_uuid(job_id)})
         return row is not None
+
+    async def live_counts(self) -> dict[tuple[str, str], int]:
+        """Live rows by (type, client)."""
+        rows = await self.db.fetchall(q("job_live_counts"))
+        return {(row["type"], row["client"]): row["n"] for row in rows}
 
     async def counts(self) -> list[tuple[str, str, int]]:
         rows = await self.db.fetchall(q("job_counts"))

@@ -11,6 +11,8 @@ LEASE_SECONDS = 120.0  # claim lease
 FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
 MAX_DEQUEUES = 5  # poison cutoff written into new rows
 BLOB_TTL_SECONDS = 24 * 3600.0  # blob retention
+MAX_LIVE = 10_000  # live (pending, in_progress) rows one queue type may hold
+MAX_LIVE_PER_CLIENT = 2_000  # of which one client may hold
 
 
 def check_positive(name: str, value: float) -> float:
@@ -34,11 +36,17 @@ class QueueConfig:
     fail_backoff_seconds: float = setting("DATAPLANE_FAIL_BACKOFF_SECONDS", FAIL_BACKOFF_SECONDS)
     max_dequeues: int = setting("DATAPLANE_MAX_DEQUEUES", MAX_DEQUEUES, minimum=1)
     blob_ttl_seconds: float = BLOB_TTL_SECONDS
+    max_live: int = setting("DATAPLANE_MAX_LIVE_JOBS", MAX_LIVE, minimum=1)
+    max_live_per_client: int = setting(
+        "DATAPLANE_MAX_LIVE_PER_CLIENT", MAX_LIVE_PER_CLIENT, minimum=1
+    )
 
     def __post_init__(self) -> None:
         check_positive("lease_seconds", self.lease_seconds)
         check_non_negative("fail_backoff_seconds", self.fail_backoff_seconds)
         check_positive("blob_ttl_seconds", self.blob_ttl_seconds)
+        if self.max_live < 1 or self.max_live_per_client < 1:
+            raise InvalidArgument("max_live and max_live_per_client must be >= 1")
         if not isinstance(self.max_dequeues, int) or self.max_dequeues < 1:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
 

@@ -1,24 +1,27 @@
-"""Retention: the reaper keeps the hot queue table small.
+"""Retention and lapsed leases: one maintenance pass over the queue DB.
 
-One pass deletes ``done`` rows older than 24 h, ``poison`` rows older than 7 d and
-expired blobs, each in bounded batches, and moves live rows that can never be
-claimed again (dequeue budget spent, lease lapsed) to ``poison`` with a done
-notify so waiting browsers learn at once. The worker runs a pass hourly, and
-only while idle; a failed pass is logged and retried at the next turn.
+A pass moves live rows that can never be claimed again (dequeue budget spent,
+lease lapsed) to ``poison`` with a done notify, so waiting browsers learn at
+once; then deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison``
+rows older than 7 d and expired blobs, each in bounded batches (every batch its
+own short transaction: no long locks on the hot table, however large the
+backlog). :func:`reap_once` runs a pass on one connection that first takes the
+maintenance advisory lock: across the fleet, one pass at a time; a pass that
+finds the lock taken does nothing and says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.db import Database, q
+from dataplane.db import Connection, Database, q
 from dataplane.errors import InvalidArgument
 
 DONE_RETENTION_SECONDS = 24 * 3600.0
 POISON_RETENTION_SECONDS = 7 * 24 * 3600.0
-REAP_INTERVAL_SECONDS = 3600.0
 REAP_BATCH = 5000  # rows per statement
 REAP_MAX_BATCHES = 200  # per table per pass: a pass is bounded in time too
+PASS_TIMEOUT = 300.0  # seconds one pass may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,29 +44,47 @@ class ReapResult:
     poison_deleted: int
     blobs_deleted: int
     poisoned: int
+    elected: bool = True  # False: another session held the lock; nothing was done
+
+    @property
+    def changed(self) -> int:
+        return self.done_deleted + self.poison_deleted + self.blobs_deleted + self.poisoned
 
 
 async def reap_once(db: Database, config: RetentionConfig | None = None) -> ReapResult:
-    """One retention pass over the queue DB."""
-    config = config or RetentionConfig()
-    poisoned = await db.fetchall(q("reap_lapsed_at_cutoff"), {"batch": config.batch})
-    done = await _delete_batches(
-        db, "reap_done", {"retention_seconds": config.done_seconds}, config
+    """One maintenance pass, if this session is elected (one bridge crossing)."""
+    result: ReapResult = await db.run(
+        _locked_pass, config or RetentionConfig(), call_timeout=PASS_TIMEOUT
     )
-    poison = await _delete_batches(
-        db, "reap_poison", {"retention_seconds": config.poison_seconds}, config
-    )
-    blobs = await _delete_batches(db, "reap_blobs", {}, config)
-    return ReapResult(done, poison, blobs, len(poisoned))
+    return result
 
 
-async def _delete_batches(
-    db: Database, name: str, params: dict[str, float], config: RetentionConfig
+async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
+    cur = await conn.execute(q("maintenance_lock"))
+    row = await cur.fetchone()
+    if not (row and row["elected"]):
+        return ReapResult(0, 0, 0, 0, elected=False)
+    try:
+        cur = await conn.execute(q("reap_lapsed_at_cutoff"), {"batch": config.batch})
+        poisoned = len(await cur.fetchall())
+        done = await _delete(conn, "reap_done", {"retention_seconds": config.done_seconds}, config)
+        poison = await _delete(
+            conn, "reap_poison", {"retention_seconds": config.poison_seconds}, config
+        )
+        blobs = await _delete(conn, "reap_blobs", {}, config)
+        return ReapResult(done, poison, blobs, poisoned)
+    finally:
+        if not conn.closed and not conn.broken:
+            await conn.execute(q("maintenance_unlock"))
+
+
+async def _delete(
+    conn: Connection, name: str, params: dict[str, float], config: RetentionConfig
 ) -> int:
     total = 0
     for _ in range(config.max_batches):
-        n = await db.execute(q(name), {**params, "batch": config.batch})
-        total += n
-        if n < config.batch:
+        cur = await conn.execute(q(name), {**params, "batch": config.batch})
+        total += cur.rowcount
+        if cur.rowcount < config.batch:
             break
     return total

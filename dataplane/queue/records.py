@@ -38,6 +38,18 @@ class JsonText(str):
     __slots__ = ()
 
 
+FINISHED_STATUSES = ("done", "poison", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What a cancel did: ``"cancelled"``; ``"pending"`` (other requesters keep the job,
+    ``requesters`` of them); or ``None`` (not pending: running, finished or unknown)."""
+
+    status: str | None
+    requesters: int
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
     job_id: uuid.UUID
@@ -128,7 +140,7 @@ class JobRow:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("done", "poison")
+        return self.status in FINISHED_STATUSES
 
 
 def job_uuid(value: uuid.UUID | str) -> uuid.UUID:

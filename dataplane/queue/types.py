@@ -20,7 +20,7 @@ from dataplane.errors import InvalidArgument
 PREFIX = "surface-"
 DEV_SUFFIX = "-dev"
 SUFFIXES = ("", DEV_SUFFIX)  # live, dev
-STATUSES = ("pending", "in_progress", "done", "poison")
+STATUSES = ("pending", "in_progress", "done", "poison", "cancelled")
 LIVE_STATUSES = ("pending", "in_progress")
 
 _SURFACE_ID = re.compile(r"[a-z][a-z0-9_]*")

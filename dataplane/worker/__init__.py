@@ -9,7 +9,6 @@
 * :mod:`~dataplane.worker.completer`: batched, retried completion;
 * :mod:`~dataplane.worker.held`: the claims held;
 * :mod:`~dataplane.worker.cache`: the TTL cache and single-flight;
-* :mod:`~dataplane.worker.maintenance`: the reaper's schedule;
 * :mod:`~dataplane.worker.report`, :mod:`~dataplane.worker.sender`: job reports, and
   their fire-and-forget post to capcom;
 * :mod:`~dataplane.worker.readonly`: the boot proof that the client DB is read-only.

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from dataplane.config import nested, setting
 from dataplane.errors import InvalidArgument
 from dataplane.queue import QueueConfig, QueueType
-from dataplane.queue.reaper import REAP_INTERVAL_SECONDS, RetentionConfig
+from dataplane.queue.maintenance import MAINTENANCE_SECONDS
+from dataplane.queue.reaper import RetentionConfig
 from dataplane.surfaces import SurfacesConfig
 
 CONCURRENCY = 8  # jobs a worker runs at once
@@ -46,7 +47,9 @@ class WorkerConfig:
     shutdown_grace_seconds: float = setting(
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS
     )
-    reap_interval_seconds: float = REAP_INTERVAL_SECONDS
+    maintenance_seconds: float = setting(
+        "DATAPLANE_MAINTENANCE_SECONDS", MAINTENANCE_SECONDS, minimum=0.001
+    )
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:

@@ -92,6 +92,7 @@ class JobExecutor:
         self.cache = cache
         self.reporter = reporter
         self.on_finished = on_finished
+        self.tier = config.parsed_type.suffix  # its own: the envelope's is not trusted
         self.single_flight: SingleFlight[Any] = SingleFlight()
         self.counters = ExecutorCounters()
 
@@ -170,60 +171,89 @@ class JobExecutor:
             m.poison.add(1, labels)
 
     async def _execute(self, running: Running, span: Span) -> JobResult:
-        """Run one job to its row write."""
+        """Run one job, then write its outcome.
+
+        Whatever the handler raises (a client-DB error included) is the job's failure
+        and takes the fail path. Only a failure to write the outcome to the queue DB
+        is an outage: the completer retries it while the lease keeper keeps the lease,
+        and if it never lands the claim is released (or, the DB still down, lapses).
+        """
         job = running.job
-        operation, cache = "?", CacheStatus.BYPASS
+        operation, cache, coalesced = "?", CacheStatus.BYPASS, False
         try:
             envelope = Envelope.from_json(job.payload)
             operation = envelope.operation
             op, params = self._checked(envelope)
-            # The key this worker caches and single-flights under is its own, computed
-            # from the checked envelope; the row's dedupe_key is not trusted for it.
-            key = Envelope(envelope.surface, op.name, op.version, params, envelope.auth).dedupe_key
-            hit, value = self.cache.get(key) if op.cacheable else (False, None)
-            coalesced = False
             if op.cacheable:
-                cache = CacheStatus.HIT if hit else CacheStatus.MISS
-            if hit:
-                self.counters.cache_hits += 1
-            else:
-                ctx = OperationContext(
-                    params=params,
-                    auth=envelope.auth,
-                    job_id=str(job.id),
-                    dequeue_count=job.dequeue_count,
-                    client_db=self.client_db,
-                )
-                value, coalesced, leader = await self.single_flight.run_with_meta(
-                    key, lambda: _call_handler(op, ctx), span.get_span_context()
-                )
-                if coalesced:
-                    self.counters.coalesced += 1
-                    if leader is not None and leader.is_valid:  # the execution that answered
-                        span.add_link(leader, {"dataplane.link": "single_flight"})
-                if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
-                    tags = op.cache_tags(envelope.auth, params)
-                    self.cache.put(key, value, op.ttl_seconds, tags)
-            await self._finish(running, self._shape(job, value, cache, coalesced))
-            self.counters.done += 1
-            return JobResult(Outcome.DONE, operation, cache, coalesced)
+                cache = CacheStatus.MISS
+            value, cache, coalesced = await self._produce(job, envelope, op, params, span)
+            completion = self._shape(job, value, cache, coalesced)
+            outcome = Outcome.DONE
         except (HttpError, InvalidArgument) as exc:
             # An expected error, or a malformed envelope: an answer, not a retry.
             error = exc if isinstance(exc, HttpError) else HttpError(400, f"malformed job: {exc}")
-            await self._finish(running, Completion(job, error.to_payload()))
-            self.counters.errors += 1
-            return JobResult(Outcome.ERROR, operation, cache)
+            completion, outcome, coalesced = (
+                Completion(job, error.to_payload()),
+                Outcome.ERROR,
+                False,
+            )
+        except Exception as exc:
+            return JobResult(await self._fail(running, exc), operation, cache)
+        try:
+            await self._finish(running, completion)
         except LeaseLost:
             log.warning("job %s: lease lost before completion; result dropped", job.id)
             running.lost = True
             return JobResult(Outcome.LOST, operation, cache)
         except DatabaseError as exc:
-            # The queue DB is out of reach: the lease will lapse and the job re-run.
-            log.warning("job %s: could not write its outcome (%s)", job.id, exc)
-            running.finished = True
+            log.warning(
+                "job %s: could not write its outcome (%s); handing the claim back", job.id, exc
+            )
             return JobResult(Outcome.FAILED, operation, cache)
-        except Exception as exc:
-            return JobResult(await self._fail(running, exc), operation, cache)
+        if outcome is Outcome.DONE:
+            self.counters.done += 1
+        else:
+            self.counters.errors += 1
+        return JobResult(outcome, operation, cache, coalesced)
+
+    async def _produce(
+        self,
+        job: ClaimedJob,
+        envelope: Envelope,
+        op: Operation,
+        params: dict[str, Any],
+        span: Span,
+    ) -> tuple[Any, CacheStatus, bool]:
+        """The job's value: from the cache, another execution's, or the handler's."""
+        # The key this worker caches and single-flights under is its own, computed
+        # from the checked envelope; the row's dedupe_key is not trusted for it.
+        checked = Envelope(
+            envelope.surface, op.name, op.version, params, envelope.auth, tier=self.tier
+        )
+        key = checked.dedupe_key
+        if op.cacheable:
+            hit, value = self.cache.get(key)
+            if hit:
+                self.counters.cache_hits += 1
+                return value, CacheStatus.HIT, False
+        ctx = OperationContext(
+            params=params,
+            auth=envelope.auth,
+            job_id=str(job.id),
+            dequeue_count=job.dequeue_count,
+            client_db=self.client_db,
+        )
+        value, coalesced, leader = await self.single_flight.run_with_meta(
+            key, lambda: _call_handler(op, ctx), span.get_span_context()
+        )
+        if coalesced:
+            self.counters.coalesced += 1
+            if leader is not None and leader.is_valid:  # the execution that answered
+                span.add_link(leader, {"dataplane.link": "single_flight"})
+        if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
+            self.cache.put(key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params))
+        cache = CacheStatus.MISS if op.cacheable else CacheStatus.BYPASS
+        return value, cache, coalesced
 
     def _checked(self, envelope: Envelope) -> tuple[Operation, dict[str, Any]]:
         """The operation and its checked params; gates re-enforced from the envelope."""
@@ -263,6 +293,11 @@ class JobExecutor:
         return Completion(job, {"blobRef": ref, **meta}, blob)
 
     async def _finish(self, running: Running, completion: Completion) -> None:
+        """Write the outcome; ``finished`` once it landed or the fence refused it.
+
+        While the completer retries through an outage the claim stays held and renewed;
+        if the write never lands, ``run`` releases the claim.
+        """
         running.finishing = True
         job = running.job
         try:
@@ -271,8 +306,10 @@ class JobExecutor:
                 attributes=messaging("settle", job.type, str(job.id)),
             ):
                 await self.completer.complete(completion)
-        finally:
+        except LeaseLost:
             running.finished = True
+            raise
+        running.finished = True
 
     async def _fail(self, running: Running, exc: Exception) -> Outcome:
         job = running.job
@@ -292,13 +329,13 @@ class JobExecutor:
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
             )
         except LeaseLost:
-            running.lost = True
+            running.finished = running.lost = True
             return Outcome.LOST
         except DatabaseError as db_exc:
+            # Not finished: ``run`` hands the claim back (or, the DB still down, it lapses).
             log.warning("job %s: could not record the failure (%s)", job.id, db_exc)
             return Outcome.FAILED
-        finally:
-            running.finished = True
+        running.finished = True
         if status == "poison":
             self.counters.poisoned += 1
             return Outcome.POISON

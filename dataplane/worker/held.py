@@ -2,9 +2,11 @@
 
 A :class:`Running` is one claim: its job, the cancel scope its execution runs in,
 and where it stands. The claimer adds it; the executor marks it ``finishing``
-when it hands the outcome to the completer (the lease keeper leaves it be from
-then on) and ``finished`` once its row is written or the write was refused; the
-lease keeper marks it ``lost`` and cancels it when a renewal finds the claim gone.
+when it hands the outcome to the completer (a renewal that misses it then is
+the completion landing, not a lost claim) and ``finished`` once its row is
+written or the write was refused (the lease keeper stops renewing it); the lease
+keeper marks it ``lost`` and cancels it when a renewal finds an unfinishing
+claim gone.
 
 Claims are keyed by (job id, dequeue count), not by job: a job failed with no
 backoff can be claimed again by this worker before its first run has finished
@@ -25,13 +27,14 @@ from dataplane.queue import ClaimedJob
 class Running:
     job: ClaimedJob
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    finishing: bool = False  # handed to the completer: the lease keeper leaves it be
+    finishing: bool = False  # handed to the completer: a missed renewal is not a loss
     finished: bool = False  # its row was written (or the write was refused)
     lost: bool = False  # a renewal found the claim gone: its work is dropped
 
     @property
     def renewable(self) -> bool:
-        return not (self.finishing or self.finished)
+        """Held and unwritten: renewed, also while the completer retries its write."""
+        return not self.finished
 
 
 class HeldJobs:

@@ -1,7 +1,8 @@
 """The lease keeper: renews every held lease each ``renew_seconds``.
 
-A renewal is one fenced statement for all renewable claims (those not yet handed
-to the completer). A claim the renewal did not find held any more was lost (its
+A renewal is one fenced statement for all claims whose row is not yet written,
+including those whose completion the completer is still retrying through an
+outage. A running claim the renewal did not find held any more was lost (its
 lease lapsed and another worker took the row, or it was released): its execution
 is cancelled and its result will be dropped. A failed renewal (queue DB down) is
 logged and tried again at the next beat; the lease is twice the cadence, so one
@@ -47,7 +48,7 @@ class LeaseKeeper:
             return
         self.renewals += 1
         for running in held:
-            if running.job.id not in kept and running.renewable:
+            if running.job.id not in kept and not (running.finishing or running.finished):
                 log.warning("job %s: lease lost; cancelling its execution", running.job.id)
                 running.lost = True
                 running.scope.cancel()

@@ -10,7 +10,8 @@ of this package:
   LISTEN gap drops the whole cache, invalidations may have been missed);
 * the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
 * the :class:`~dataplane.worker.completer.Completer`, committing in batches;
-* the :class:`~dataplane.worker.maintenance.Maintenance` schedule (the reaper);
+* the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
+  leases, elected across the fleet, busy or not);
 * the reporter (the capcom sender), when it has a ``run`` of its own;
 
 and, in a nursery of their own, one task per claim, each a
@@ -29,6 +30,7 @@ import trio
 
 from dataplane.db import Database, Gap, Notification
 from dataplane.queue import QueueClient
+from dataplane.queue.maintenance import Maintenance
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.cache import INVALIDATE_CHANNEL, TtlCache
 from dataplane.worker.claimer import Claimer
@@ -37,7 +39,6 @@ from dataplane.worker.config import WorkerConfig
 from dataplane.worker.executor import JobExecutor
 from dataplane.worker.held import HeldJobs
 from dataplane.worker.leases import LeaseKeeper
-from dataplane.worker.maintenance import Maintenance
 from dataplane.worker.report import Reporter
 
 log = logging.getLogger(__name__)
@@ -90,10 +91,7 @@ class Worker:
         self.claimer = Claimer(config, queue, self.held, self.executor.run)
         self.leases = LeaseKeeper(config, queue, self.held)
         self.maintenance = Maintenance(
-            queue.db,
-            self.held,
-            interval=config.reap_interval_seconds,
-            retention=config.retention,
+            queue.db, interval=config.maintenance_seconds, retention=config.retention
         )
         self.listener = queue.db.listener(
             [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],

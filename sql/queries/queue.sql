@@ -3,52 +3,131 @@
 -- only when that statement's transaction commits.
 
 -- name: job_enqueue
--- Insert a job unless an identical one is live; attach to the live one otherwise.
--- The wake-up notify rides in the same statement, so it fires on commit.
-WITH ins AS (
-    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues)
-    VALUES (%(type)s, %(dedupe_key)s, %(payload)s::jsonb, %(max_dequeues)s)
+-- Attach to the live job of this dedupe key (one more requester), or insert a new
+-- one. The wake-up notify rides in the same statement, so it fires on commit. No
+-- row: an identical job committed after this statement's snapshot; run it again.
+WITH attached AS (
+    UPDATE maestro_queues
+    SET requesters = requesters + 1
+    WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress')
+    RETURNING id, status, payload ->> 'traceparent' AS traceparent
+), ins AS (
+    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)
+    SELECT %(type)s, %(dedupe_key)s, %(payload)s::jsonb, %(max_dequeues)s, %(client)s
+    WHERE NOT EXISTS (SELECT 1 FROM attached)
     ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
     RETURNING id, status
 ), wake AS (
     SELECT pg_notify(maestro_wake_channel(%(type)s), '') FROM ins
 )
-SELECT ins.id, ins.status, false AS coalesced, %(payload)s::jsonb ->> 'traceparent' AS traceparent
+SELECT ins.id, ins.status, false AS coalesced,
+       %(payload)s::jsonb ->> 'traceparent' AS traceparent
 FROM ins
 WHERE (SELECT count(*) FROM wake) >= 0
 UNION ALL
-SELECT q.id, q.status, true AS coalesced, q.payload ->> 'traceparent' AS traceparent
-FROM maestro_queues q
-WHERE q.dedupe_key = %(dedupe_key)s
-  AND q.status IN ('pending', 'in_progress')
-  AND NOT EXISTS (SELECT 1 FROM ins);
+SELECT a.id, a.status, true, a.traceparent FROM attached a;
 
--- name: job_find_live
--- The live job of a dedupe key (after an enqueue lost the race to a row its snapshot missed).
-SELECT id, status, true AS coalesced, payload ->> 'traceparent' AS traceparent
+-- name: job_attach
+-- Attach to the live job of this dedupe key, if there is one (one more requester).
+UPDATE maestro_queues
+SET requesters = requesters + 1
+WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress')
+RETURNING id, status, true AS coalesced, payload ->> 'traceparent' AS traceparent;
+
+-- name: job_live_counts
+-- Live rows by type and client (the BFF's backpressure gauge, refreshed each second).
+SELECT type, client, count(*) AS n
 FROM maestro_queues
-WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress');
+WHERE status IN ('pending', 'in_progress')
+GROUP BY type, client;
 
 -- name: job_claim
--- Claim up to `limit` claimable rows of one type, oldest first: pending rows past
--- their backoff and in_progress rows whose lease lapsed, below the poison cutoff.
--- The claim commits without waiting for its WAL flush (this transaction only): a
--- claim lost in a server crash just leaves the row claimable, the fenced
--- completion of the lost claim is refused, and any later synchronous commit
--- (the completion) flushes the claim's WAL first.
-WITH async_commit AS MATERIALIZED (
+-- Claim up to `limit` claimable rows of one type (pending rows past their backoff,
+-- in_progress rows whose lease lapsed). With one client in the backlog that is
+-- plain FIFO; with several it is fair: each client's rows oldest first, the
+-- clients in turn, and a client counted as already served for every job of its
+-- still running (its n-th row ranks n + running), so one client's burst cannot
+-- starve the others, batch after batch. A claimable row whose dequeue budget is
+-- spent (its last attempt's lease lapsed) is not run again: it becomes poison
+-- here, in the same statement, and its done channel hears of it. Fair candidates
+-- are read without locks, then locked with SKIP LOCKED and checked again. The
+-- claim commits without waiting for its WAL flush (this transaction only): a claim
+-- lost in a server crash just leaves the row claimable, the fenced completion of
+-- the lost claim is refused, and any later synchronous commit (the completion)
+-- flushes the claim's WAL first.
+WITH RECURSIVE clients(client) AS (
+    (SELECT client FROM maestro_queues
+     WHERE type = %(type)s AND status IN ('pending', 'in_progress')
+       AND available_at <= now() AND (status = 'pending' OR lease_expires_at <= now())
+     ORDER BY client LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.client FROM maestro_queues m
+            WHERE m.type = %(type)s AND m.status IN ('pending', 'in_progress')
+              AND m.available_at <= now()
+              AND (m.status = 'pending' OR m.lease_expires_at <= now())
+              AND m.client > c.client
+            ORDER BY m.client LIMIT 1)
+    FROM clients c
+    WHERE c.client IS NOT NULL
+), fairness AS MATERIALIZED (
+    SELECT count(*) > 1 AS needed FROM clients WHERE client IS NOT NULL
+), turns AS MATERIALIZED (
+    SELECT r.id
+    FROM clients c
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS running
+        FROM maestro_queues b
+        WHERE b.type = %(type)s AND b.client = c.client AND b.status = 'in_progress'
+          AND b.available_at > now()
+    ) AS busy
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at, row_number() OVER (ORDER BY m.available_at) AS turn
+        FROM (SELECT id, available_at FROM maestro_queues
+              WHERE type = %(type)s AND client = c.client
+                AND status IN ('pending', 'in_progress') AND available_at <= now()
+                AND (status = 'pending' OR lease_expires_at <= now())
+              ORDER BY available_at
+              LIMIT %(limit)s) AS m
+    ) AS r
+    WHERE c.client IS NOT NULL
+    ORDER BY busy.running + r.turn, r.available_at
+    LIMIT %(limit)s
+), async_commit AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), claimable AS MATERIALIZED (
-    SELECT id
-    FROM maestro_queues
-    WHERE type = %(type)s
-      AND status IN ('pending', 'in_progress')
-      AND available_at <= now()
-      AND (status = 'pending' OR lease_expires_at <= now())
-      AND dequeue_count < max_dequeues
-    ORDER BY available_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT fifo.id, fifo.spent
+    FROM (SELECT id, dequeue_count >= max_dequeues AS spent
+          FROM maestro_queues
+          WHERE type = %(type)s
+            AND status IN ('pending', 'in_progress')
+            AND available_at <= now()
+            AND (status = 'pending' OR lease_expires_at <= now())
+            AND NOT (SELECT needed FROM fairness)
+          ORDER BY available_at
+          LIMIT %(limit)s
+          FOR UPDATE SKIP LOCKED) AS fifo
+    UNION ALL
+    SELECT fair.id, fair.spent
+    FROM (SELECT id, dequeue_count >= max_dequeues AS spent
+          FROM maestro_queues
+          WHERE id IN (SELECT id FROM turns)
+            AND status IN ('pending', 'in_progress')
+            AND available_at <= now()
+            AND (status = 'pending' OR lease_expires_at <= now())
+            AND (SELECT needed FROM fairness)
+          FOR UPDATE SKIP LOCKED) AS fair
+), poisoned AS (
+    UPDATE maestro_queues q
+    SET status = 'poison',
+        completed_at = now(),
+        lease_expires_at = NULL,
+        last_error = coalesce(q.last_error || E'\n', '')
+            || 'the lease of its last attempt lapsed (its worker died or lost the database)'
+    FROM claimable
+    WHERE q.id = claimable.id AND claimable.spent
+    RETURNING q.id, q.type
+), notified AS (
+    SELECT pg_notify(maestro_done_channel(p.type), p.id::text) FROM poisoned p
 )
 UPDATE maestro_queues q
 SET status = 'in_progress',
@@ -58,7 +137,8 @@ SET status = 'in_progress',
     dequeue_count = q.dequeue_count + 1,
     claimed_at = now()
 FROM claimable, async_commit
-WHERE q.id = claimable.id
+WHERE q.id = claimable.id AND NOT claimable.spent
+  AND (SELECT count(*) FROM notified) >= 0
 RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
           q.created_at, q.claimed_at, q.lease_expires_at;
 
@@ -165,7 +245,7 @@ SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
        created_at, claimed_at, completed_at
 FROM maestro_queues
-WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison');
+WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison', 'cancelled');
 
 -- name: job_list
 -- Operators' view: the newest jobs, optionally of one status and one type.
@@ -215,3 +295,21 @@ LISTEN {channel};
 -- name: ping
 -- Liveness check of a connection.
 SELECT 1;
+
+-- name: job_cancel
+-- The requester withdraws from a pending job: one requester fewer, and the job is
+-- cancelled (its streams hear of it on the done channel) when none is left. A
+-- running or finished job is left alone; the answer says what the row now is.
+WITH c AS (
+    UPDATE maestro_queues q
+    SET requesters = q.requesters - 1,
+        status = CASE WHEN q.requesters <= 1 THEN 'cancelled' ELSE q.status END,
+        completed_at = CASE WHEN q.requesters <= 1 THEN now() END
+    WHERE q.id = %(id)s AND q.status = 'pending'
+    RETURNING q.id, q.type, q.status, q.requesters
+)
+SELECT c.id, c.status, c.requesters
+FROM c
+LEFT JOIN LATERAL (
+    SELECT pg_notify(maestro_done_channel(c.type), c.id::text) WHERE c.status = 'cancelled'
+) AS n ON true;

@@ -1,12 +1,12 @@
--- Statements of the reaper (dataplane/reaper.py). Deletes go in bounded
+-- Statements of the reaper (dataplane/queue/reaper.py). Deletes go in bounded
 -- batches so no single statement holds many row locks on the hot table.
 
 -- name: reap_done
--- Delete a batch of done rows older than the retention.
+-- Delete a batch of done (and cancelled) rows older than the retention.
 DELETE FROM maestro_queues
 WHERE id IN (
     SELECT id FROM maestro_queues
-    WHERE status = 'done' AND completed_at < now() - make_interval(secs => %(retention_seconds)s)
+    WHERE status IN ('done', 'cancelled') AND completed_at < now() - make_interval(secs => %(retention_seconds)s)
     LIMIT %(batch)s
 );
 
@@ -49,3 +49,11 @@ WITH p AS (
 SELECT p.id
 FROM p
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;
+
+-- name: maintenance_lock
+-- Elect this session to run maintenance: true for exactly one session at a time.
+SELECT pg_try_advisory_lock(hashtext('dataplane.maintenance')) AS elected;
+
+-- name: maintenance_unlock
+-- Step down after a maintenance pass.
+SELECT pg_advisory_unlock(hashtext('dataplane.maintenance')) AS released;

@@ -1,0 +1,57 @@
+"""Maintenance as its own schedule: a pass every ``interval`` seconds, busy or not.
+
+Every worker runs this service (and so can ``dataplane maintenance``); the
+advisory lock of :func:`~dataplane.queue.reaper.reap_once` elects one of them per
+pass, so the fleet runs one pass at a time whatever its size, and a fleet that is
+never idle is still maintained. A failed pass is logged and tried again at the
+next turn.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from dataplane.db import Database
+from dataplane.errors import DatabaseError
+from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_SECONDS = 60.0  # cadence of maintenance passes; well under one lease
+
+
+class Maintenance:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        interval: float = MAINTENANCE_SECONDS,
+        retention: RetentionConfig | None = None,
+    ) -> None:
+        self.db = db
+        self.interval = interval
+        self.retention = retention or RetentionConfig()
+        self.passes = 0  # passes run by this process
+        self.skipped = 0  # turns another process held the lock
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval)
+            await self.run_once()
+
+    async def run_once(self) -> ReapResult | None:
+        """One turn: a pass if elected; ``None`` if the pass failed."""
+        try:
+            result = await reap_once(self.db, self.retention)
+        except DatabaseError as exc:
+            log.warning("maintenance pass failed (%s); next turn in %gs", exc, self.interval)
+            return None
+        if not result.elected:
+            self.skipped += 1
+            return result
+        self.passes += 1
+        if result.changed:
+            log.info("maintenance: %s", result)
+        return result

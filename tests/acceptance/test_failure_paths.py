@@ -1,0 +1,163 @@
+"""Queue failure paths through the real BFF and real worker processes: a lapsed last
+claim, tiers sharing one queue DB, backpressure, and cancellation by the requester."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from dataplane.queue import QueueClient
+from tests.acceptance.conftest import start_bff
+from tests.acceptance.test_bff import STAFF, poll_until_done, post
+from tests.conftest import wait_until
+from tests.helpers import bearer, read_sse, token
+
+
+async def test_a_lapsed_last_claim_poisons_and_the_stream_hears_it(
+    bff_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    queue: QueueClient,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    monkeypatch.setenv("DATAPLANE_MAX_DEQUEUES", "1")
+    base, _app, shutdown = await start_bff(nursery)
+    leases = {"MAESTRO_LEASE_SECONDS": "1", "MAESTRO_RENEW_SECONDS": "0.3"}
+    doomed = await spawn_worker(**leases)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        body = (await post(http, "probe", "sleep", {"ms": 60_000})).json()
+
+        async def claimed() -> bool:
+            row = await queue.get(body["jobId"])
+            return row is not None and row.status == "in_progress"
+
+        await wait_until(claimed, within=10)
+        doomed.signal(signal.SIGKILL)  # its one and only attempt dies with it
+        doomed.wait(10)
+        await spawn_worker(**leases)
+        with trio.fail_after(20):
+            _, _, events = await read_sse(http, body["streamUrl"])
+        assert events[-1].name == "error" and events[-1].json["code"] == "POISON"
+        row = await queue.get(body["jobId"])
+        assert row is not None and row.status == "poison" and row.dequeue_count == 1
+        assert "lease of its last attempt lapsed" in (row.last_error or "")
+        # A fresh identical request is a new job, not an attachment to the dead row.
+        again = (await post(http, "probe", "sleep", {"ms": 60_000}, token(staff=True))).json()
+        assert again["jobId"] != body["jobId"] and not again["coalesced"]
+    shutdown.set()
+
+
+async def test_live_and_dev_tiers_never_share_a_row(
+    bff_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    live_base, _, live_stop = await start_bff(nursery)
+    monkeypatch.setenv("DATAPLANE_QUEUE_SUFFIX", "-dev")
+    dev_base, _, dev_stop = await start_bff(nursery)
+    async with (
+        httpx.AsyncClient(base_url=live_base, timeout=30) as live,
+        httpx.AsyncClient(base_url=dev_base, timeout=30) as dev,
+    ):
+        on_live = (await post(live, "probe", "echo", {"value": "same"})).json()
+        on_dev = (await post(dev, "probe", "echo", {"value": "same"})).json()
+        assert on_dev["jobId"] != on_live["jobId"] and not on_dev["coalesced"]
+        assert (await live.get(on_live["pollUrl"])).status_code == 202
+        assert (await dev.get(on_dev["pollUrl"])).status_code == 202
+        # Neither tier's URLs read the other tier's job.
+        assert (await dev.get(on_live["pollUrl"])).status_code == 404
+        assert (await live.get(on_dev["pollUrl"])).status_code == 404
+        await spawn_worker("surface-probe")
+        await spawn_worker("surface-probe-dev")
+        assert (await poll_until_done(live, on_live["pollUrl"]))["result"]["echo"] == "same"
+        assert (await poll_until_done(dev, on_dev["pollUrl"]))["result"]["echo"] == "same"
+    live_stop.set()
+    dev_stop.set()
+
+
+async def test_a_full_queue_pushes_back_with_retry_after(
+    bff_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, nursery: trio.Nursery
+) -> None:
+    monkeypatch.setenv("DATAPLANE_MAX_LIVE_JOBS", "4")
+    monkeypatch.setenv("DATAPLANE_MAX_LIVE_PER_CLIENT", "3")
+    base, _app, shutdown = await start_bff(nursery)
+    other = token("globex", staff=True, sub="g1")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:  # no worker runs
+        for i in range(3):
+            assert (await post(http, "probe", "echo", {"value": i})).status_code == 202
+        over_share = await post(http, "probe", "echo", {"value": 3})
+        assert over_share.status_code == 429 and int(over_share.headers["Retry-After"]) > 0
+        assert over_share.json()["error"]["code"] == "TOO_MANY_REQUESTS"
+        # Another client still has room, until the type itself is full.
+        assert (await post(http, "probe", "echo", {"value": "g"}, other)).status_code == 202
+        full = await post(http, "probe", "echo", {"value": "g2"}, other)
+        assert full.status_code == 503 and int(full.headers["Retry-After"]) > 0
+        assert "live jobs" in full.json()["error"]["message"]
+        # Attaching to a live job adds no row: it is still accepted.
+        same = await post(http, "probe", "echo", {"value": 0})
+        assert same.status_code == 202 and same.json()["coalesced"]
+    shutdown.set()
+
+
+async def test_cancel_a_pending_job_ends_its_stream_and_it_never_runs(
+    bff_env: dict[str, str],
+    nursery: trio.Nursery,
+    queue: QueueClient,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    base, _app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:  # no worker yet
+        body = (await post(http, "probe", "echo", {"value": "never"})).json()
+        async with trio.open_nursery() as streams:
+            finals: list[Any] = []
+
+            async def listen() -> None:
+                _, _, events = await read_sse(http, body["streamUrl"])
+                finals.append(events[-1])
+
+            streams.start_soon(listen)
+            cancelled = await http.delete(body["pollUrl"])
+            assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert finals[0].name == "error" and finals[0].json["code"] == "CANCELLED"
+        again = await http.delete(body["pollUrl"])
+        assert again.status_code == 409
+        await spawn_worker()
+        probe = (await post(http, "probe", "echo", {"value": "after"})).json()
+        await poll_until_done(http, probe["pollUrl"])  # the worker is up and serving
+        row = await queue.get(body["jobId"])
+        assert row is not None and row.status == "cancelled" and row.dequeue_count == 0
+        answer = (await http.get(body["pollUrl"])).json()
+        assert answer["status"] == "cancelled" and answer["error"]["code"] == "CANCELLED"
+    shutdown.set()
+
+
+async def test_a_coalesced_job_is_not_cancelled_by_one_of_its_requesters(
+    bff_env: dict[str, str],
+    nursery: trio.Nursery,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    base, _app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        first = (await post(http, "probe", "echo", {"value": "shared"})).json()
+        second = (await post(http, "probe", "echo", {"value": "shared"})).json()
+        assert second["coalesced"] and second["jobId"] == first["jobId"]
+        withdrawn = await http.delete(first["pollUrl"])
+        assert withdrawn.status_code == 202 and withdrawn.json()["requesters"] == 1
+        await spawn_worker()
+        answer = await poll_until_done(http, second["pollUrl"])
+        assert answer["status"] == "done" and answer["result"]["echo"] == "shared"
+        # Only its requesters may cancel: another scope's bearer gets 404.
+        other = await http.delete(
+            f"/api/probe/q/{first['jobId']}", headers=bearer(token("globex", staff=True))
+        )
+        assert other.status_code == 404
+        assert (
+            await http.delete(f"/api/probe/q/{first['jobId']}", headers=bearer(STAFF))
+        ).status_code == 409
+    shutdown.set()

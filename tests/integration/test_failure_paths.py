@@ -1,0 +1,176 @@
+"""Queue failure paths on a real Postgres: client-DB errors fail the attempt, a lapsed
+last claim poisons at claim time, maintenance runs however busy the worker is and in
+one process at a time, and claims are fair across clients."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+import trio
+
+from dataplane.db import Database, DatabaseConfig, Notification, open_database, with_params
+from dataplane.envelope import Auth
+from dataplane.queue import QueueClient, done_channel
+from dataplane.queue.maintenance import Maintenance
+from dataplane.queue.reaper import RetentionConfig
+from dataplane.surfaces import probe, users
+from dataplane.worker import Worker, WorkerConfig
+from tests.conftest import wait_until
+from tests.helpers import STAFF, envelope, submit
+
+
+@asynccontextmanager
+async def running(
+    queue: QueueClient, surface: Any, client_db: Database | None = None, **config: Any
+) -> AsyncIterator[Worker]:
+    semantics = {k: config.pop(k) for k in ("lease_seconds", "fail_backoff_seconds") if k in config}
+    cfg = WorkerConfig(
+        queue_type=f"surface-{surface.id}",
+        worker_id=config.pop("worker_id", f"w-{uuid.uuid4().hex[:6]}"),
+        queue=replace(queue.config, **semantics),
+        **config,
+    )
+    worker = Worker(cfg, surface, queue, client_db=client_db)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield worker
+        worker.stop(force=True)
+
+
+@asynccontextmanager
+async def role_without_users(admin_dsn: str) -> AsyncIterator[str]:
+    """A read-only credential on the demo DB that may not read ``lms.users``."""
+    role = f"ro_nousers_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+        conn.execute(f"GRANT USAGE ON SCHEMA lms TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA lms TO {role}")
+        conn.execute(f"REVOKE SELECT ON lms.users FROM {role}")
+    try:
+        yield with_params(admin_dsn, user=role, password="pw")
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+async def test_a_client_db_error_fails_the_attempt_then_poisons(
+    queue: QueueClient, db: Database, demo_db: tuple[str, str]
+) -> None:
+    async with (
+        role_without_users(demo_db[0]) as dsn,
+        open_database(DatabaseConfig(dsn, pool_size=2, read_only=True)) as client_db,
+    ):
+        listener = db.listener([done_channel("surface-users")])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listener.run)
+            async with running(queue, users.SURFACE, client_db, fail_backoff_seconds=0) as worker:
+                enq = await submit(queue, "users", "list", {"limit": 5}, max_dequeues=2)
+                with trio.fail_after(10):
+                    event = await listener.events.receive()
+                await wait_until(lambda: worker.statistics().poisoned == 1, within=5)
+            nursery.cancel_scope.cancel()
+    assert event == Notification(done_channel("surface-users"), str(enq.job_id))
+    row = await queue.get(enq.job_id)
+    assert row is not None and row.status == "poison" and row.dequeue_count == 2
+    assert "DatabaseError" in (row.last_error or "")
+    assert "permission denied" in (row.last_error or "")
+    assert "pw" not in (row.last_error or "")  # no credentials in the error text
+    stats = worker.statistics()
+    assert stats.failed == 1 and stats.poisoned == 1
+
+
+async def test_a_lapsed_last_claim_becomes_poison_at_the_next_claim(
+    queue: QueueClient, db: Database
+) -> None:
+    enq = await submit(queue, "probe", "echo", {"value": 1}, max_dequeues=1)
+    (held,) = await queue.claim("surface-probe", "dies", lease_seconds=0.05)
+    listener = db.listener([done_channel("surface-probe")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        await trio.sleep(0.1)  # wall clock: the lease must lapse in Postgres' time
+        assert await queue.claim("surface-probe", "rescuer") == []
+        with trio.fail_after(5):
+            event = await listener.events.receive()
+        nursery.cancel_scope.cancel()
+    assert event.payload == str(held.id)
+    row = await queue.get(enq.job_id)
+    assert row is not None and row.status == "poison" and row.completed_at is not None
+
+
+async def _done_rows(db: Database) -> int:
+    row = await db.fetchone("SELECT count(*) AS n FROM maestro_queues WHERE status = 'done'")
+    assert row is not None
+    return int(row["n"])
+
+
+async def test_a_worker_that_is_never_idle_still_reaps(queue: QueueClient, db: Database) -> None:
+    retention = RetentionConfig(done_seconds=0)
+    async with running(
+        queue, probe.SURFACE, maintenance_seconds=0.2, retention=retention
+    ) as worker:
+        for i in range(3):
+            await submit(queue, "probe", "echo", {"value": i})
+        await wait_until(lambda: worker.statistics().done == 3, within=10)
+        busy = await submit(queue, "probe", "sleep", {"ms": 30_000})
+        await wait_until(lambda: worker.statistics().in_flight == 1, within=10)
+        await wait_until(lambda: _done_rows_is_zero(db), within=10)
+        await wait_until(lambda: worker.maintenance.passes >= 1, within=5)
+        assert worker.statistics().in_flight == 1  # busy all along
+        row = await queue.get(busy.job_id)
+        assert row is not None and row.status == "in_progress"
+
+
+async def _done_rows_is_zero(db: Database) -> bool:
+    return await _done_rows(db) == 0
+
+
+async def test_maintenance_runs_in_one_process_at_a_time(
+    queue: QueueClient, db: Database, queue_dsn: str
+) -> None:
+    enq = await submit(queue, "probe", "echo", {"value": 1})
+    (job,) = await queue.claim("surface-probe", "w")
+    await queue.complete(job, {"data": 1})
+    first = Maintenance(db, retention=RetentionConfig(done_seconds=0))
+    second = Maintenance(db, retention=RetentionConfig(done_seconds=0))
+    # Another process holds the election: neither pass runs.
+    with psycopg.connect(queue_dsn, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('dataplane.maintenance'))")
+        skipped = [await first.run_once(), await second.run_once()]
+        assert all(r is not None and not r.elected for r in skipped)
+        assert await queue.get(enq.job_id) is not None
+    # The other process steps down: the next turn is elected and reaps.
+    result = await first.run_once()
+    assert result is not None and result.elected and result.done_deleted == 1
+    assert await queue.get(enq.job_id) is None
+    assert (first.passes, first.skipped, second.passes, second.skipped) == (1, 1, 0, 1)
+
+
+async def test_claims_take_each_clients_oldest_job_in_turn(queue: QueueClient) -> None:
+    flood = [await submit(queue, "probe", "echo", {"value": i}, STAFF) for i in range(30)]
+    other_auth = Auth(client="globex", user_id="9", actor_email="", staff=False, branches=("g",))
+    late = await submit(queue, "probe", "echo", {"value": "late"}, other_auth)
+    first = await queue.claim("surface-probe", "w", limit=1)
+    second = await queue.claim("surface-probe", "w", limit=1)
+    claimed = [j.id for j in first + second]
+    assert late.job_id in claimed  # not behind the 30 older jobs of the flooding client
+    assert flood[0].job_id in claimed  # and the flood's oldest goes first
+    batch = await queue.claim("surface-probe", "w", limit=5)
+    assert [j.id for j in batch] == [e.job_id for e in flood[1:6]]  # FIFO within a client
+
+
+async def test_the_cancel_statement_counts_requesters(queue: QueueClient) -> None:
+    env = envelope("probe", "echo", {"value": "c"})
+    first = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
+    again = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
+    assert again.coalesced and again.job_id == first.job_id
+    assert (await queue.cancel(first.job_id)).status == "pending"
+    assert (await queue.cancel(first.job_id)).status == "cancelled"
+    assert (await queue.cancel(first.job_id)).status is None
+    fresh = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
+    assert fresh.job_id != first.job_id and not fresh.coalesced
