@@ -91,6 +91,7 @@ from typing import Any
 
 import psycopg
 import trio
+from dataplane_lms.demo_db import create_demo_db
 
 from bench._client import RawSession
 from bench._common import (
@@ -122,7 +123,6 @@ from dataplane.bff.auth import mint_token
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS
 from dataplane.queue.reaper import RetentionConfig, reap_once
-from dataplane.surfaces.demo_db import create_demo_db
 
 JWT_SECRET = "bench-soak-secret-that-is-long-enough-for-hs256!"
 DEMO_SURFACES = ("users", "learnerviews", "accounting", "skills")

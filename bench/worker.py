@@ -55,6 +55,7 @@ from typing import Any
 
 import psycopg
 import trio
+from dataplane_lms.demo_db import create_demo_db
 from psycopg import sql as pgsql
 
 from bench._common import (
@@ -87,7 +88,6 @@ from dataplane.db import DatabaseConfig, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import MAX_DEQUEUES, done_channel, to_json
 from dataplane.queue.migrations import migrate
-from dataplane.surfaces.demo_db import create_demo_db
 
 PROBE_TYPE = "surface-probe"
 DEMO_SURFACES = ("users", "learnerviews", "accounting", "skills")

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -93,11 +94,69 @@ async def _cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_demo_db(args: argparse.Namespace) -> int:
-    from dataplane.surfaces.demo_db import create_demo_db
+def _cmd_surfaces(args: argparse.Namespace) -> int:
+    from dataplane.surfaces import SurfacesConfig
 
+    registry = from_env(SurfacesConfig).registry()
+    rows: list[dict[str, Any]] = []
+    for sid, entry in sorted(registry.entries.items()):
+        for (name, version), op in sorted(entry.surface.versions.items()):
+            rows.append(
+                {
+                    "surface": sid,
+                    "operation": name,
+                    "version": version,
+                    "latest": entry.surface.operations[name].version == version,
+                    "ttlSeconds": op.ttl_seconds,
+                    "timeoutSeconds": op.timeout_seconds,
+                    "gates": [getattr(g, "name", g) for g in op.gates],
+                    "tags": ["c:<client>"]
+                    + (["u:<caller>"] if op.per_user else [])
+                    + ([f"u:<params.{op.user_param}>"] if op.user_param else []),
+                    "needsClientDb": entry.surface.needs_client_db,
+                    "from": entry.origin,
+                }
+            )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no surfaces registered (install a surface package, or set DATAPLANE_SURFACES)")
+        return 0
+    print(f"{'surface.operation':32} {'ver':>3} {'ttl':>5} {'timeout':>7}  gates / tags / from")
+    for r in rows:
+        gates = ",".join(r["gates"]) or "-"
+        print(
+            f"{r['surface'] + '.' + r['operation']:32} {r['version']:>3} {r['ttlSeconds']:>5g} "
+            f"{r['timeoutSeconds']:>7g}  {gates} / {','.join(r['tags'])} / {r['from']}"
+        )
+    return 0
+
+
+def _cmd_new_surface(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dataplane.surfaces.scaffold import scaffold
+
+    root = scaffold(args.name, Path(args.dir))
+    print(f"wrote {root}: pip install -e {root} && python -m pytest {root}")
+    return 0
+
+
+async def _cmd_demo_db(args: argparse.Namespace) -> int:
+    from dataplane.errors import ConfigError
+    from dataplane.surfaces import SurfacesConfig
+
+    builders = from_env(SurfacesConfig).registry().demo_db_builders()
+    if not builders:
+        raise ConfigError(
+            "no installed surface package ships a demo client DB "
+            "(for the demo LMS: pip install -e examples/lms)"
+        )
+    package, build = builders[0]
+    print(f"building the demo client DB of {package.name}", file=sys.stderr)
     async with open_bridge():
-        ro_dsn = await create_demo_db(
+        ro_dsn = await build(
             args.admin_dsn,
             name=args.name,
             ro_password=args.ro_password,
@@ -108,16 +167,13 @@ async def _cmd_demo_db(args: argparse.Namespace) -> int:
 
 
 async def _cmd_invalidate(args: argparse.Namespace) -> int:
-    from dataplane.worker.cache import INVALIDATE_CHANNEL
-
     async with (
         open_bridge(),
         open_database(
             DatabaseConfig(_queues_url(), pool_size=1, application_name="invalidate")
         ) as db,
     ):
-        for tag in args.tags:
-            await QueueClient(db).notify(INVALIDATE_CHANNEL, tag)
+        await QueueClient(db).invalidate(*args.tags)
     print(f"invalidated {len(args.tags)} tag(s) on every worker")
     return 0
 
@@ -178,6 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
 
+    surf = sub.add_parser("surfaces", help="every registered surface and operation")
+    surf.add_argument("--json", action="store_true", help="one JSON array, for tooling")
+
+    new = sub.add_parser("new-surface", help="write a minimal, tested surface package")
+    new.add_argument("name", help="the surface id (lower-case letters, digits, _)")
+    new.add_argument("--dir", default=".", help="where to write it")
+
     maint = sub.add_parser(
         "maintenance",
         help="retention and lapsed leases (workers run it too; one process at a time)",
@@ -210,7 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SYNC_COMMANDS = {"token": _cmd_token, "dev": _cmd_dev}
+SYNC_COMMANDS = {
+    "token": _cmd_token,
+    "dev": _cmd_dev,
+    "surfaces": _cmd_surfaces,
+    "new-surface": _cmd_new_surface,
+}
 COMMANDS = {
     "migrate": _cmd_migrate,
     "jobs": _cmd_jobs,

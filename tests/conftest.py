@@ -136,8 +136,9 @@ async def wait_until(
 @pytest.fixture(scope="session")
 def demo_db(pg_admin_dsn: str) -> Iterator[tuple[str, str]]:
     """The seeded demo client DB, built once per session: (admin DSN, read-only DSN)."""
+    from dataplane_lms.demo_db import DEMO_DB_NAME, create_demo_db
+
     from dataplane.db import with_params
-    from dataplane.surfaces.demo_db import DEMO_DB_NAME, create_demo_db
 
     name = f"{DEMO_DB_NAME}_{os.getpid()}"
 

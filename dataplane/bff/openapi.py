@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import __version__
-from dataplane.surfaces.manifest import Surface
+from dataplane.surfaces.manifest import Gate, Surface
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 SSE_EVENT = {
@@ -51,7 +51,7 @@ def _operation_schema(surface: Surface) -> dict[str, Any]:
                 "title": f"{surface.id}.{op.name}",
                 "description": op.description
                 + (f" Cached {op.ttl_seconds:g}s." if op.cacheable else " Always fresh.")
-                + "".join(f" Gate: {g.description}." for g in op.gates),
+                + "".join(f" Gate: {g.description}." for g in op.gates if isinstance(g, Gate)),
                 "type": "object",
                 "properties": {"operation": {"const": op.name}, "params": dict(op.params)},
                 "required": ["operation", "params"] if op.params.get("required") else ["operation"],

@@ -62,3 +62,30 @@ def q(name: str) -> LiteralString:
         return queries()[name]
     except KeyError:
         raise KeyError(f"no SQL statement named {name!r} in sql/queries/") from None
+
+
+class NamedQueries:
+    """The named statements of a surface package's own ``.sql`` files.
+
+    ``NamedQueries(Path(__file__).parent / "sql")`` loads every ``*.sql`` file there
+    (``-- name: noun_verb`` headers, as the plane's own); calling it with a name
+    returns the statement.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._queries: dict[str, LiteralString] | None = None
+
+    def __call__(self, name: str) -> LiteralString:
+        if self._queries is None:
+            found: dict[str, LiteralString] = {}
+            for path in sorted(self.directory.glob("*.sql")):
+                for key, body in parse_queries(path.read_text(), source=path.name).items():
+                    if key in found:
+                        raise ValueError(f"{path.name}: query {key!r} also defined in another file")
+                    found[key] = body
+            self._queries = found
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise KeyError(f"no SQL statement named {name!r} in {self.directory}") from None

@@ -27,6 +27,7 @@ from dataplane.queue.records import (
     to_json,
 )
 from dataplane.queue.types import (
+    INVALIDATE_CHANNEL,
     LIVE_STATUSES,
     STATUSES,
     QueueType,
@@ -37,6 +38,7 @@ from dataplane.queue.types import (
 
 __all__ = [
     "FAIL_BACKOFF_SECONDS",
+    "INVALIDATE_CHANNEL",
     "LEASE_SECONDS",
     "LIVE_STATUSES",
     "MAX_CLAIM_BATCH",

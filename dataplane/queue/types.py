@@ -22,6 +22,7 @@ DEV_SUFFIX = "-dev"
 SUFFIXES = ("", DEV_SUFFIX)  # live, dev
 STATUSES = ("pending", "in_progress", "done", "poison", "cancelled")
 LIVE_STATUSES = ("pending", "in_progress")
+INVALIDATE_CHANNEL = "dataplane_invalidate"  # cache tags dropped on every worker
 
 _SURFACE_ID = re.compile(r"[a-z][a-z0-9_]*")
 

@@ -1,10 +1,13 @@
 """Surfaces: what the plane serves, and the registry both the BFF and the worker read.
 
-* :mod:`~dataplane.surfaces.manifest`: how a surface and its operations are declared
-  (parameter schema, ttl, gates, cache tags, handler);
+* :mod:`~dataplane.surfaces.manifest`: the public API a surface package declares its
+  surface with (re-exported from :mod:`dataplane`);
+* :mod:`~dataplane.surfaces.registry`: surfaces found through the entry-point group
+  ``dataplane.surfaces`` (or ``DATAPLANE_SURFACES``);
 * :mod:`~dataplane.surfaces.probe`: the built-in synthetic-check surface;
-* :mod:`~dataplane.surfaces.demo`: the demo LMS surfaces and their client DB
-  (:mod:`~dataplane.surfaces.demo_db`).
+* :mod:`~dataplane.surfaces.scaffold`: ``dataplane new-surface``.
+
+The demo LMS surfaces are a package of their own, ``examples/lms`` (``dataplane-lms``).
 """
 
 from __future__ import annotations
@@ -14,38 +17,42 @@ from dataclasses import dataclass
 from dataplane.config import setting
 from dataplane.errors import ConfigError, InvalidArgument
 from dataplane.queue import QueueType
-from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import Surface
+from dataplane.surfaces.registry import Registry, load_registry
 
 
 @dataclass(frozen=True, slots=True)
 class SurfacesConfig:
     probe_enabled: bool = setting("DATAPLANE_PROBE", False)
+    modules: str | None = setting("DATAPLANE_SURFACES", None)  # pkg.module:attr,...
+
+    def registry(self) -> Registry:
+        return load_registry(probe_enabled=self.probe_enabled, modules=self.modules)
 
 
-def all_surfaces(*, probe_enabled: bool) -> dict[str, Surface]:
-    """Every surface, ``probe`` only when enabled (``DATAPLANE_PROBE=1``)."""
-    from dataplane.surfaces import demo
-
-    found = {s.id: s for s in demo.SURFACES}
-    if probe_enabled:
-        found[probe.SURFACE.id] = probe.SURFACE
-    return found
+def all_surfaces(*, probe_enabled: bool, modules: str | None = None) -> dict[str, Surface]:
+    """Every registered surface, ``probe`` only when enabled (``DATAPLANE_PROBE=1``)."""
+    return load_registry(probe_enabled=probe_enabled, modules=modules).surfaces
 
 
-def surface_for_queue_type(queue_type: str, *, probe_enabled: bool) -> tuple[Surface, QueueType]:
+def surface_for_queue_type(
+    queue_type: str, config: SurfacesConfig | None = None, *, probe_enabled: bool | None = None
+) -> tuple[Surface, QueueType]:
     """``surface-<id>`` or ``surface-<id>-dev`` -> (its surface, the parsed type)."""
+    if config is None:
+        config = SurfacesConfig(probe_enabled=bool(probe_enabled))
     try:
         parsed = QueueType.parse(queue_type)
     except InvalidArgument:
         raise ConfigError(
             f"SURFACE_QUEUE_TYPE must look like surface-<id>[-dev], got {queue_type!r}"
         ) from None
-    surfaces = all_surfaces(probe_enabled=probe_enabled)
+    surfaces = config.registry().surfaces
     if parsed.surface not in surfaces:
-        known = ", ".join(sorted(surfaces))
+        known = ", ".join(sorted(surfaces)) or "none"
         hint = " (set DATAPLANE_PROBE=1 for probe)" if parsed.surface == "probe" else ""
         raise ConfigError(
-            f"unknown surface {parsed.surface!r} in SURFACE_QUEUE_TYPE{hint}; known: {known}"
+            f"unknown surface {parsed.surface!r} in SURFACE_QUEUE_TYPE{hint}; known: {known} "
+            "(install the package that provides it, or name it in DATAPLANE_SURFACES)"
         )
     return surfaces[parsed.surface], parsed

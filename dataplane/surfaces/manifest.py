@@ -1,18 +1,45 @@
-"""The operations manifest: what each surface serves, and how it is checked.
+"""The public surface API: how a team declares a surface and its operations.
 
-An :class:`Operation` declares its name, version, parameter schema (a JSON
-Schema subset, validated at the BFF and again in the worker, and exported to
-OpenAPI as is), ``ttl_seconds`` (0 = always fresh, never cached), gates, cache
-tags and its handler. Gates run at the BFF for a fast 403 and are re-enforced
-in the worker from the envelope's ``auth``: the worker trusts no row.
+A surface package (installed next to the plane, found through the entry-point
+group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` from
+:class:`Operation` s, each naming
+
+* ``name`` and ``version``: a request is for one version; workers serve every
+  version the surface still declares (declare the old and the new one side by
+  side during a rollout, and upgrade workers before BFFs), and a worker asked for a
+  version it does not declare answers 400 naming the versions it serves;
+* ``params``: a JSON Schema (Draft 2020-12, the dialect of OpenAPI 3.1), compiled
+  once, validated at the BFF (400) and again in the worker, published in
+  ``/openapi.json``; ``default`` values are filled in and integral numbers given
+  for ``integer`` normalised, so equal requests coalesce;
+* ``ttl_seconds``: 0 (always fresh, never cached) or how long the worker caches a
+  result; its cache tags are ``c:<client>`` and ``u:<user>`` for the user the
+  result is about: ``user_param`` names the parameter holding that user, and
+  ``per_user`` says it is about the caller (``u:<caller's sub>``);
+* ``gates``: checks of the caller against the request (:data:`STAFF_ONLY`,
+  :func:`branch_in_scope`, :func:`client_match`, or their names ``"staff"``,
+  ``"branch-in-scope:<param>"``, ``"client-match:<param>"``), run at the BFF for a
+  fast 403 and re-enforced in the worker;
+* ``timeout_seconds`` (default 30): the handler runs in a cancel scope; past it
+  the attempt fails (``TIMEOUT``) and is retried, then poisoned, like any failure;
+* ``handler``: ``async def handler(ctx: OperationContext) -> result``: JSON, or
+  bytes / :class:`BlobResult` (stored as a blob). Raise :class:`HttpError`
+  (400/403/404) for an expected error: an answer, never retried.
+
+A declaration that cannot work is refused when the surface is built (and so when a
+process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import jsonschema_rs
 
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError, InvalidArgument
@@ -21,86 +48,110 @@ from dataplane.queue import QueueType
 if TYPE_CHECKING:
     from dataplane.db import Database
 
+__all__ = [
+    "STAFF_ONLY",
+    "BlobResult",
+    "Gate",
+    "Handler",
+    "HttpError",
+    "Operation",
+    "OperationContext",
+    "Schema",
+    "Surface",
+    "branch_in_scope",
+    "client_match",
+    "gate_named",
+    "surface",
+    "validate",
+]
+
 Schema = Mapping[str, Any]
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
+TIMEOUT_SECONDS = 30.0  # default handler timeout
 
 
-def validate(schema: Schema, value: Any, path: str = "params") -> Any:
-    """Check ``value`` against a JSON Schema subset; return it with defaults filled.
+# -- parameters -------------------------------------------------------------------
 
-    Supported: type, properties, required, additionalProperties (false),
-    default, enum, const, minimum, maximum, minLength, maxLength, pattern,
-    items, minItems, maxItems. Raises ``HttpError(400)`` naming the offending path.
-    """
+
+def _path(base: str, parts: Iterable[Any]) -> str:
+    out = base
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _message(error: Any, base: str) -> str:
+    """One readable line for a schema violation: where, and what is wrong."""
+    kind, where = error.kind, _path(base, error.instance_path)
+    name = type(kind).__name__
+    if name == "Required":
+        return f"{where}.{kind.property}: is required"
+    if name == "AdditionalProperties":
+        return f"{where}: unknown field(s) {', '.join(sorted(kind.unexpected))}"
+    if name == "Type":
+        return f"{where}: expected {' or '.join(kind.types)}"
+    readable = {
+        "Minimum": "must be >= {limit}",
+        "Maximum": "must be <= {limit}",
+        "ExclusiveMinimum": "must be > {limit}",
+        "ExclusiveMaximum": "must be < {limit}",
+        "MinLength": "must be at least {limit} characters",
+        "MaxLength": "must be at most {limit} characters",
+        "MinItems": "needs at least {limit} items",
+        "MaxItems": "allows at most {limit} items",
+        "Pattern": "must match {pattern}",
+    }.get(name)
+    if readable is not None:
+        return f"{where}: " + readable.format(**{a: getattr(kind, a) for a in kind.__match_args__})
+    if name == "Enum":
+        return f"{where}: must be one of {', '.join(repr(o) for o in kind.options)}"
+    return f"{where}: {error.message}"
+
+
+def _compile(schema: Schema) -> Any:
+    try:
+        return jsonschema_rs.Draft202012Validator(dict(schema), validate_formats=True)
+    except (jsonschema_rs.ValidationError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()[0]
+        raise InvalidArgument(f"the parameter schema does not compile: {first}") from None
+
+
+def _normalise(schema: Schema, value: Any) -> Any:
+    """Defaults filled in and integral numbers made integers where the schema says so."""
     kind = schema.get("type")
-    if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else list(kind)
-        ok = False
-        for k in kinds:
-            if isinstance(value, bool) and k in ("integer", "number"):
-                continue
-            if k == "integer" and isinstance(value, float):
-                # JSON Schema: 3.0 is an integer. Normalise it, so equal requests coalesce.
-                if value.is_integer() and abs(value) < 2**63:
-                    value = int(value)
-                    ok = True
-                    break
-                continue
-            if isinstance(value, _JSON_TYPES[k]):
-                ok = True
-                break
-        if not ok:
-            raise HttpError(400, f"{path}: expected {' or '.join(kinds)}")
-    if "const" in schema and value != schema["const"]:
-        raise HttpError(400, f"{path}: must be {schema['const']!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        raise HttpError(400, f"{path}: must be one of {allowed}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise HttpError(400, f"{path}: must be >= {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise HttpError(400, f"{path}: must be <= {schema['maximum']}")
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            raise HttpError(400, f"{path}: must be at least {schema['minLength']} characters")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            raise HttpError(400, f"{path}: must be at most {schema['maxLength']} characters")
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            raise HttpError(400, f"{path}: must match {schema['pattern']}")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            raise HttpError(400, f"{path}: needs at least {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise HttpError(400, f"{path}: allows at most {schema['maxItems']} items")
-        if "items" in schema:
-            value = [validate(schema["items"], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    kinds = {kind} if isinstance(kind, str) else set(kind or ())
+    if "integer" in kinds and isinstance(value, float) and math.isfinite(value):
+        if value.is_integer() and abs(value) < 2**63:
+            return int(value)
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [_normalise(schema["items"], v) for v in value]
     if isinstance(value, dict):
         props: Mapping[str, Schema] = schema.get("properties", {})
-        for name in schema.get("required", ()):
-            if name not in value:
-                raise HttpError(400, f"{path}.{name}: is required")
-        if schema.get("additionalProperties") is False:
-            extra = sorted(set(value) - set(props))
-            if extra:
-                raise HttpError(400, f"{path}: unknown field(s) {', '.join(extra)}")
         out = dict(value)
         for name, sub in props.items():
+            if not isinstance(sub, Mapping):
+                continue
             if name in out:
-                out[name] = validate(sub, out[name], f"{path}.{name}")
+                out[name] = _normalise(sub, out[name])
             elif "default" in sub:
                 out[name] = sub["default"]
-        value = out
+        return out
     return value
+
+
+def validate(schema: Schema, value: Any, path: str = "params", *, validator: Any = None) -> Any:
+    """Check ``value`` against ``schema`` (Draft 2020-12); return it normalised.
+
+    Raises ``HttpError(400)`` naming the offending path. ``validator`` is the
+    compiled schema when the caller holds one (an :class:`Operation` does).
+    """
+    compiled = validator if validator is not None else _compile(schema)
+    if not compiled.is_valid(value):  # the fast path answers yes or no; then say why
+        for error in compiled.iter_errors(value):
+            raise HttpError(400, _message(error, path))
+    return _normalise(schema, value)
+
+
+# -- gates --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +161,7 @@ class Gate:
     name: str
     description: str
     check: Callable[[Auth, Mapping[str, Any]], None]
+    param: str | None = None  # the parameter it reads, if any
 
     def __call__(self, auth: Auth, params: Mapping[str, Any]) -> None:
         self.check(auth, params)
@@ -131,7 +183,9 @@ def branch_in_scope(param: str = "branch") -> Gate:
         if branch is not None and not auth.may_see_branch(str(branch)):
             raise HttpError(403, f"branch {branch!r} is outside your scope")
 
-    return Gate(f"branch-in-scope:{param}", f"params.{param} must be in the caller's scope", check)
+    return Gate(
+        f"branch-in-scope:{param}", f"params.{param} must be in the caller's scope", check, param
+    )
 
 
 def client_match(param: str = "client") -> Gate:
@@ -142,7 +196,30 @@ def client_match(param: str = "client") -> Gate:
         if client is not None and client != auth.client:
             raise HttpError(403, "you may only read your own client's data")
 
-    return Gate(f"client-match:{param}", f"params.{param} must be the caller's client", check)
+    return Gate(
+        f"client-match:{param}", f"params.{param} must be the caller's client", check, param
+    )
+
+
+_GATE_FACTORIES: dict[str, Callable[[str], Gate]] = {
+    "branch-in-scope": branch_in_scope,
+    "client-match": client_match,
+}
+
+
+def gate_named(name: str) -> Gate:
+    """``"staff"``, ``"branch-in-scope:<param>"`` or ``"client-match:<param>"``."""
+    if name == STAFF_ONLY.name:
+        return STAFF_ONLY
+    kind, _, param = name.partition(":")
+    factory = _GATE_FACTORIES.get(kind)
+    if factory is None or not param:
+        known = ", ".join(["staff", *(f"{k}:<param>" for k in _GATE_FACTORIES)])
+        raise InvalidArgument(f"unknown gate {name!r} (known: {known})")
+    return factory(param)
+
+
+# -- operations -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +254,10 @@ class OperationContext:
 Handler = Callable[[OperationContext], Awaitable[Any]]
 
 
-def default_cache_tags(auth: Auth, params: Mapping[str, Any]) -> list[str]:
-    tags = [f"c:{auth.client}"]
-    if "userId" in params:
-        tags.append(f"u:{params['userId']}")
-    return tags
+def _is_async(handler: Any) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - an async callable object
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,18 +267,47 @@ class Operation:
     params: Schema
     handler: Handler
     ttl_seconds: float = 0.0
-    gates: Sequence[Gate] = ()
-    cache_tags: Callable[[Auth, Mapping[str, Any]], list[str]] = default_cache_tags
+    gates: Sequence[Gate | str] = ()
+    timeout_seconds: float = TIMEOUT_SECONDS
+    user_param: str | None = None  # the parameter naming the user a result is about
+    per_user: bool = False  # the result is about the caller
     description: str = ""
-    summary_fields: Sequence[str] = field(default=())
+    summary_fields: Sequence[str] = ()
+    _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-zA-Z0-9_]*", self.name):
             raise InvalidArgument(f"operation name {self.name!r} is not an identifier")
-        if self.params.get("type") != "object":
-            raise InvalidArgument(f"{self.name}: the parameter schema must be an object")
+        where = f"operation {self.name!r}"
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise InvalidArgument(f"{where}: version must be an integer >= 1")
+        if not isinstance(self.params, Mapping) or self.params.get("type") != "object":
+            raise InvalidArgument(f"{where}: the parameter schema must be an object schema")
+        try:
+            object.__setattr__(self, "_validator", _compile(self.params))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from None
+        if not _is_async(self.handler):
+            raise InvalidArgument(f"{where}: the handler must be an async function")
         if self.ttl_seconds < 0:
-            raise InvalidArgument(f"{self.name}: ttl_seconds must be >= 0")
+            raise InvalidArgument(f"{where}: ttl_seconds must be >= 0")
+        if not self.timeout_seconds > 0:
+            raise InvalidArgument(f"{where}: timeout_seconds must be > 0")
+        gates = tuple(gate_named(g) if isinstance(g, str) else g for g in self.gates)
+        properties = self.params.get("properties", {})
+        for gate in gates:
+            if not isinstance(gate, Gate):
+                raise InvalidArgument(f"{where}: {gate!r} is not a Gate")
+            if gate.param is not None and gate.param not in properties:
+                raise InvalidArgument(
+                    f"{where}: gate {gate.name!r} reads params.{gate.param}, "
+                    "which the schema does not declare"
+                )
+        object.__setattr__(self, "gates", gates)
+        if self.user_param is not None and self.user_param not in properties:
+            raise InvalidArgument(
+                f"{where}: user_param {self.user_param!r} is not a declared parameter"
+            )
 
     @property
     def cacheable(self) -> bool:
@@ -212,38 +317,75 @@ class Operation:
         """Validate params (400) and run every gate (403); return the normalised params."""
         if not isinstance(params, dict):
             raise HttpError(400, "params: expected object")
-        normalised: dict[str, Any] = validate(self.params, params)
+        normalised: dict[str, Any] = validate(self.params, params, validator=self._validator)
         for gate in self.gates:
+            assert isinstance(gate, Gate)
             gate(auth, normalised)
         return normalised
+
+    def cache_tags(self, auth: Auth, params: Mapping[str, Any]) -> list[str]:
+        """``c:<client>``, and ``u:<user>`` for the user the result is about."""
+        tags = [f"c:{auth.client}"]
+        if self.per_user:
+            tags.append(f"u:{auth.user_id}")
+        if self.user_param is not None and params.get(self.user_param) is not None:
+            tags.append(f"u:{params[self.user_param]}")
+        return tags
+
+
+# -- surfaces --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Surface:
     id: str
-    operations: Mapping[str, Operation]
+    operations: Mapping[str, Operation]  # the latest version of each operation
     description: str = ""
     needs_client_db: bool = True
+    versions: Mapping[tuple[str, int], Operation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.id):
+        if not isinstance(self.id, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.id):
             raise InvalidArgument(f"surface id {self.id!r} must be lower-case letters and digits")
+        if not self.versions:
+            object.__setattr__(
+                self, "versions", {(op.name, op.version): op for op in self.operations.values()}
+            )
 
-    def operation(self, name: str) -> Operation:
-        try:
-            return self.operations[name]
-        except KeyError:
-            raise HttpError(404, f"unknown operation {name!r} on surface {self.id!r}") from None
+    def operation(self, name: str, version: int | None = None) -> Operation:
+        """The operation ``name`` (its latest version, or ``version``); 404/400 otherwise."""
+        latest = self.operations.get(name)
+        if latest is None:
+            raise HttpError(404, f"unknown operation {name!r} on surface {self.id!r}")
+        if version is None or version == latest.version:
+            return latest
+        op = self.versions.get((name, version))
+        if op is None:
+            served = sorted(v for (n, v) in self.versions if n == name)
+            raise HttpError(400, f"{name} is served at version(s) {served}, not {version}")
+        return op
 
     def queue_type(self, suffix: str = "") -> QueueType:
         """This surface's queue type on the tier of ``suffix`` (``""`` or ``"-dev"``)."""
         return QueueType(self.id, suffix)
 
 
-def surface_of(
+def surface(
     *operations: Operation, id: str, description: str = "", needs_client_db: bool = True
 ) -> Surface:
-    names = [op.name for op in operations]
-    if len(set(names)) != len(names):
-        raise InvalidArgument(f"surface {id}: duplicate operation names")
-    return Surface(id, {op.name: op for op in operations}, description, needs_client_db)
+    """A surface serving ``operations`` (several versions of one name are allowed)."""
+    versions: dict[tuple[str, int], Operation] = {}
+    for op in operations:
+        if not isinstance(op, Operation):
+            raise InvalidArgument(f"surface {id}: {op!r} is not an Operation")
+        if (op.name, op.version) in versions:
+            raise InvalidArgument(f"surface {id}: {op.name} version {op.version} declared twice")
+        versions[op.name, op.version] = op
+    latest: dict[str, Operation] = {}
+    for op in operations:
+        if op.name not in latest or op.version > latest[op.name].version:
+            latest[op.name] = op
+    return Surface(id, latest, description, needs_client_db, versions)
+
+
+surface_of = surface  # the name the built-in surfaces were written with

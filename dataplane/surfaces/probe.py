@@ -5,8 +5,10 @@
 * ``fail {times}``: an unexpected error on the first ``times`` claims of the job.
 * ``reject {status}``: an expected ``HttpError`` (400/403/404).
 * ``large {bytes}``: a result of that many bytes, so it goes out as a blob.
+* ``cached {value}``: answers like ``echo``, cached 60 s per caller (tags ``c:`` and
+  ``u:<caller>``): the cache and its invalidation, end to end.
 
-None of its operations is cached: a probe measures the real path.
+No other operation is cached: a probe measures the real path.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ async def fail(ctx: OperationContext) -> Any:
 
 async def reject(ctx: OperationContext) -> Any:
     raise HttpError(ctx.params["status"], ctx.params["message"])
+
+
+async def cached(ctx: OperationContext) -> Any:
+    return {"cached": ctx.params.get("value"), "user": ctx.auth.user_id}
 
 
 async def large(ctx: OperationContext) -> Any:
@@ -116,7 +122,20 @@ SURFACE = surface_of(
         large,
         description="Answer with a result of about `bytes` bytes (goes out as a blob).",
     ),
+    Operation(
+        "cached",
+        1,
+        {
+            "type": "object",
+            "properties": {"value": {"description": "anything JSON; answered back"}},
+            "additionalProperties": False,
+        },
+        cached,
+        ttl_seconds=60,
+        per_user=True,
+        description="Answer with the given value, cached 60 s per caller.",
+    ),
     id="probe",
-    description="Synthetic checks: echo, sleep, fail, reject, large.",
+    description="Synthetic checks: echo, sleep, fail, reject, large, cached.",
     needs_client_db=False,
 )

@@ -25,9 +25,10 @@ import outcome
 import trio
 
 from dataplane.errors import InvalidArgument
+from dataplane.queue.types import INVALIDATE_CHANNEL
 
 CACHE_CAP = 500  # entries
-INVALIDATE_CHANNEL = "dataplane_invalidate"
+__all__ = ["INVALIDATE_CHANNEL", "CacheStatistics", "SingleFlight", "TtlCache"]
 
 T = TypeVar("T")
 

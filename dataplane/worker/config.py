@@ -47,6 +47,9 @@ class WorkerConfig:
     shutdown_grace_seconds: float = setting(
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS
     )
+    max_handler_seconds: float | None = setting(
+        "DATAPLANE_MAX_HANDLER_SECONDS", None, minimum=0.001
+    )  # caps every operation's timeout_seconds in this worker
     maintenance_seconds: float = setting(
         "DATAPLANE_MAINTENANCE_SECONDS", MAINTENANCE_SECONDS, minimum=0.001
     )

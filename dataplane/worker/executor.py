@@ -243,8 +243,11 @@ class JobExecutor:
             dequeue_count=job.dequeue_count,
             client_db=self.client_db,
         )
+        timeout = op.timeout_seconds
+        if self.config.max_handler_seconds is not None:
+            timeout = min(timeout, self.config.max_handler_seconds)
         value, coalesced, leader = await self.single_flight.run_with_meta(
-            key, lambda: _call_handler(op, ctx), span.get_span_context()
+            key, lambda: _call_handler(op, ctx, timeout), span.get_span_context()
         )
         if coalesced:
             self.counters.coalesced += 1
@@ -261,11 +264,7 @@ class JobExecutor:
             raise HttpError(
                 404, f"this worker serves {self.surface.id!r}, not {envelope.surface!r}"
             )
-        op = self.surface.operation(envelope.operation)
-        if envelope.version != op.version:
-            raise HttpError(
-                400, f"{op.name} is served at version {op.version}, not {envelope.version}"
-            )
+        op = self.surface.operation(envelope.operation, envelope.version)
         return op, op.check(envelope.auth, envelope.params)
 
     def _shape(
@@ -343,11 +342,18 @@ class JobExecutor:
         return Outcome.FAILED
 
 
-async def _call_handler(op: Operation, ctx: OperationContext) -> Any:
+class HandlerTimeout(Exception):
+    """The handler ran past its operation's ``timeout_seconds`` (the attempt fails)."""
+
+
+async def _call_handler(op: Operation, ctx: OperationContext, limit: float) -> Any:
     with tracer().start_as_current_span(
         f"{op.name} handler", attributes={"dataplane.operation": op.name}
     ):
-        return await op.handler(ctx)
+        with trio.move_on_after(limit) as scope:
+            return await op.handler(ctx)
+        assert scope.cancelled_caught
+        raise HandlerTimeout(f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled")
 
 
 def _merge_json(rest: Mapping[str, Any], data_json: str) -> str:

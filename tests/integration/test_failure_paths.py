@@ -12,13 +12,14 @@ from typing import Any
 
 import psycopg
 import trio
+from dataplane_lms import users
 
 from dataplane.db import Database, DatabaseConfig, Notification, open_database, with_params
 from dataplane.envelope import Auth
 from dataplane.queue import QueueClient, done_channel
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.reaper import RetentionConfig
-from dataplane.surfaces import probe, users
+from dataplane.surfaces import probe
 from dataplane.worker import Worker, WorkerConfig
 from tests.conftest import wait_until
 from tests.helpers import STAFF, envelope, submit

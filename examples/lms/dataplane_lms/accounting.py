@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataplane.db import q
-from dataplane.errors import HttpError
-from dataplane.surfaces.invoice_pdf import render_invoice_pdf
-from dataplane.surfaces.manifest import (
+from dataplane import (
     STAFF_ONLY,
     BlobResult,
+    HttpError,
     Operation,
     OperationContext,
     branch_in_scope,
-    surface_of,
+    surface,
 )
-from dataplane.surfaces.users import BRANCH_SCHEMA
+from dataplane_lms.invoice_pdf import render_invoice_pdf
+from dataplane_lms.sql import q
+from dataplane_lms.users import BRANCH_SCHEMA
 
 INVOICE_STATUSES = ("draft", "sent", "paid", "overdue")
 INVOICE_ID_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
@@ -75,7 +75,7 @@ async def invoice_pdf(ctx: OperationContext) -> Any:
     return BlobResult("application/pdf", data, filename=f"invoice-{header['number']}.pdf")
 
 
-SURFACE = surface_of(
+SURFACE = surface(
     Operation(
         "invoices",
         1,

@@ -13,10 +13,9 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
-from dataplane.db import q
-from dataplane.errors import HttpError
-from dataplane.surfaces.manifest import Operation, OperationContext, branch_in_scope, surface_of
-from dataplane.surfaces.users import BRANCH_SCHEMA, USER_ID_SCHEMA
+from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.sql import q
+from dataplane_lms.users import BRANCH_SCHEMA, USER_ID_SCHEMA
 
 ENROLLMENT_STATUSES = ("enrolled", "in_progress", "completed", "failed")
 
@@ -65,7 +64,7 @@ async def learner(ctx: OperationContext) -> Any:
     return {"learner": dict(user), "enrollments": rows}
 
 
-SURFACE = surface_of(
+SURFACE = surface(
     Operation(
         "branchSummary",
         1,
@@ -117,6 +116,7 @@ SURFACE = surface_of(
         },
         learner,
         ttl_seconds=0,
+        user_param="userId",
         description="One learner's enrollments and progress (PII, never cached).",
     ),
     id="learnerviews",

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataplane.db import q
-from dataplane.errors import HttpError
-from dataplane.surfaces.manifest import Operation, OperationContext, branch_in_scope, surface_of
+from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.sql import q
 
 ROLES = ("learner", "manager", "admin")
 BRANCH_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9-]+$"}
@@ -51,7 +50,7 @@ async def user_detail(ctx: OperationContext) -> Any:
     return dict(row)
 
 
-SURFACE = surface_of(
+SURFACE = surface(
     Operation(
         "list",
         1,
@@ -82,6 +81,7 @@ SURFACE = surface_of(
         },
         user_detail,
         ttl_seconds=0,
+        user_param="userId",
         description="One user in scope with branch and enrollment statistics (PII, never cached).",
     ),
     id="users",

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataplane.db import q
-from dataplane.errors import HttpError
-from dataplane.surfaces.manifest import Operation, OperationContext, branch_in_scope, surface_of
-from dataplane.surfaces.users import BRANCH_SCHEMA, USER_ID_SCHEMA
+from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.sql import q
+from dataplane_lms.users import BRANCH_SCHEMA, USER_ID_SCHEMA
 
 
 async def coverage(ctx: OperationContext) -> Any:
@@ -36,7 +35,7 @@ async def profile(ctx: OperationContext) -> Any:
     return {"user": dict(user), "skills": rows}
 
 
-SURFACE = surface_of(
+SURFACE = surface(
     Operation(
         "coverage",
         1,
@@ -64,6 +63,7 @@ SURFACE = surface_of(
         },
         profile,
         ttl_seconds=0,
+        user_param="userId",
         description="One user's skill profile (PII, never cached).",
     ),
     id="skills",

@@ -12,9 +12,9 @@ from typing import Any
 
 from psycopg import sql as pgsql
 
-from dataplane.db import Database, DatabaseConfig, open_database, q, with_params
-from dataplane.db.sql import sql_root
+from dataplane.db import DatabaseConfig, ensure_database, open_database, with_params
 from dataplane.errors import ConfigError
+from dataplane_lms.sql import SQL_DIR, q
 
 log = logging.getLogger(__name__)
 
@@ -24,15 +24,7 @@ SEED_TIMEOUT = 600.0  # seconds for one seed file
 
 
 def demo_files() -> list[Path]:
-    return sorted((sql_root() / "client_demo").glob("*.sql"))
-
-
-async def ensure_database(admin: Database, name: str) -> bool:
-    """Create database ``name`` unless it exists; True if it was created."""
-    if await admin.fetchone(q("demo_db_exists"), {"name": name}) is not None:
-        return False
-    await admin.execute(pgsql.SQL(q("demo_db_create")).format(name=pgsql.Identifier(name)))
-    return True
+    return sorted((SQL_DIR / "client_demo").glob("*.sql"))
 
 
 async def create_demo_db(

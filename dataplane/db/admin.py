@@ -1,0 +1,17 @@
+"""Administrative statements: creating a database when it is missing."""
+
+from __future__ import annotations
+
+from psycopg import sql as pgsql
+
+from dataplane.db.pool import Database
+from dataplane.db.sql import q
+
+
+async def ensure_database(admin: Database, name: str) -> bool:
+    """Create database ``name`` unless it exists (on a superuser connection); True if it
+    was created."""
+    if await admin.fetchone(q("database_exists"), {"name": name}) is not None:
+        return False
+    await admin.execute(pgsql.SQL(q("database_create")).format(name=pgsql.Identifier(name)))
+    return True

@@ -1,0 +1,150 @@
+"""``dataplane new-surface NAME``: a minimal, working, tested surface package.
+
+It writes ``NAME-surface/`` with a ``pyproject.toml`` that registers the surface
+under the entry-point group ``dataplane.surfaces``, a module with one operation
+(``hello {name}``, no client DB needed), and a test of it. After
+``pip install -e NAME-surface`` its test passes and ``dataplane dev`` serves it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dataplane.errors import InvalidArgument
+
+_ID = re.compile(r"[a-z][a-z0-9_]*")
+
+PYPROJECT = """\
+[build-system]
+requires = ["hatchling>=1.24"]
+build-backend = "hatchling.build"
+
+[project]
+name = "{dist}"
+version = "0.1.0"
+description = "The {name} surface of the Surface Data Plane"
+requires-python = ">=3.11"
+dependencies = ["dataplane"]
+
+[project.optional-dependencies]
+test = ["pytest>=8", "pytest-trio>=0.8"]
+
+[project.entry-points."dataplane.surfaces"]
+{name} = "{module}:SURFACE"
+
+[tool.hatch.build.targets.wheel]
+packages = ["{module}"]
+
+[tool.pytest.ini_options]
+trio_mode = true
+"""
+
+MODULE = '''\
+"""The {name} surface: its operations, registered through the entry point
+``dataplane.surfaces`` in pyproject.toml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dataplane import HttpError, Operation, OperationContext, surface
+
+
+async def hello(ctx: OperationContext) -> Any:
+    """Greet ``name`` on behalf of the caller's client."""
+    name = ctx.params["name"]
+    if name == "nobody":
+        raise HttpError(404, "nobody is here")  # an expected error: an answer, not a retry
+    return {{"greeting": f"hello, {{name}}", "client": ctx.auth.client}}
+
+
+SURFACE = surface(
+    Operation(
+        "hello",
+        1,
+        {{
+            "type": "object",
+            "properties": {{"name": {{"type": "string", "minLength": 1, "maxLength": 100}}}},
+            "required": ["name"],
+            "additionalProperties": False,
+        }},
+        hello,
+        ttl_seconds=60,  # cached for a minute; 0 = always fresh
+        timeout_seconds=5,
+        description="Say hello.",
+    ),
+    id="{name}",
+    description="The {name} surface.",
+    needs_client_db=False,  # True: the worker gets CLIENT_DB_URL as ctx.client_db
+)
+'''
+
+TEST = '''\
+"""The {name} surface's operations, called as the worker calls them."""
+
+from __future__ import annotations
+
+import pytest
+
+from dataplane import Auth, HttpError, OperationContext
+from {module} import SURFACE
+
+CALLER = Auth(client="acme", user_id="u1", actor_email="", staff=False, branches=())
+
+
+async def run(operation: str, params: dict[str, object]) -> object:
+    op = SURFACE.operation(operation)
+    checked = op.check(CALLER, params)  # schema and gates, as at the BFF and the worker
+    ctx = OperationContext(checked, CALLER, job_id="test", dequeue_count=1, client_db=None)
+    return await op.handler(ctx)
+
+
+async def test_hello_answers() -> None:
+    assert await run("hello", {{"name": "world"}}) == {{
+        "greeting": "hello, world",
+        "client": "acme",
+    }}
+
+
+async def test_bad_params_are_a_400_and_nobody_a_404() -> None:
+    with pytest.raises(HttpError) as bad:
+        await run("hello", {{"name": ""}})
+    assert bad.value.status == 400
+    with pytest.raises(HttpError) as missing:
+        await run("hello", {{"name": "nobody"}})
+    assert missing.value.status == 404
+'''
+
+README = """\
+# {dist}
+
+The `{name}` surface of the Surface Data Plane, written with `dataplane`'s public API.
+
+    pip install -e .            # registers it (entry point dataplane.surfaces)
+    pip install -e '.[test]' && python -m pytest
+    dataplane surfaces          # lists it
+    dataplane dev               # serves it: POST /api/{name}/q {{"operation": "hello", ...}}
+"""
+
+
+def scaffold(name: str, where: Path) -> Path:
+    """Write the package for surface ``name`` under ``where``; return its directory."""
+    if not _ID.fullmatch(name):
+        raise InvalidArgument(f"a surface name is lower-case letters, digits and _, got {name!r}")
+    module = f"{name}_surface"
+    dist = f"{name.replace('_', '-')}-surface"
+    root = where / dist
+    if root.exists():
+        raise InvalidArgument(f"{root} already exists")
+    values = {"name": name, "module": module, "dist": dist}
+    files = {
+        root / "pyproject.toml": PYPROJECT.format(**values),
+        root / "README.md": README.format(**values),
+        root / module / "__init__.py": MODULE.format(**values),
+        root / "tests" / f"test_{name}.py": TEST.format(**values),
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

@@ -1,0 +1,130 @@
+"""Surfaces as packages, through the real BFF and real worker processes: a scaffolded
+package answers end to end, an operation's timeout fails the attempt, ``u:``
+invalidation reaches every worker."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from dataplane.queue import QueueClient
+from dataplane.surfaces.scaffold import scaffold
+from tests.acceptance.conftest import start_bff
+from tests.acceptance.test_bff import STAFF, poll_until_done, post
+from tests.helpers import bearer, read_sse, token
+
+
+async def test_a_scaffolded_surface_package_passes_its_test_and_answers(
+    bff_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    spawn_worker: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    root = scaffold("greeter", tmp_path)
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    own = await trio.run_process(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        cwd=root,
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    out = own.stdout.decode() + own.stderr.decode()
+    assert own.returncode == 0 and "2 passed" in out, out
+
+    # Registered through DATAPLANE_SURFACES (the entry point works the same way).
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("DATAPLANE_SURFACES", "greeter_surface:SURFACE")
+    base, _app, shutdown = await start_bff(nursery)
+    await spawn_worker(
+        "surface-greeter", DATAPLANE_SURFACES="greeter_surface:SURFACE", PYTHONPATH=str(root)
+    )
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        paths = (await http.get("/openapi.json")).json()["paths"]
+        assert "/api/greeter/q" in paths
+        assert "/api/users/q" not in paths  # the override replaces the entry points
+        body = (await post(http, "greeter", "hello", {"name": "ada"})).json()
+        answer = await poll_until_done(http, body["pollUrl"])
+        assert answer["result"] == {"greeting": "hello, ada", "client": "acme"}
+        bad = await post(http, "greeter", "hello", {"name": ""})
+        assert bad.status_code == 400
+    shutdown.set()
+
+
+async def test_an_operation_past_its_timeout_fails_retries_then_poisons(
+    bff_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    queue: QueueClient,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    monkeypatch.setenv("DATAPLANE_MAX_DEQUEUES", "2")
+    base, _app, shutdown = await start_bff(nursery)
+    await spawn_worker(DATAPLANE_MAX_HANDLER_SECONDS="0.3", DATAPLANE_FAIL_BACKOFF_SECONDS="0")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        body = (await post(http, "probe", "sleep", {"ms": 5000})).json()
+        with trio.fail_after(20):
+            _, _, events = await read_sse(http, body["streamUrl"])
+    shutdown.set()
+    assert events[-1].name == "error" and events[-1].json["code"] == "POISON"
+    assert "TIMEOUT" in events[-1].json["message"]
+    row = await queue.get(body["jobId"])
+    assert row is not None and row.status == "poison" and row.dequeue_count == 2
+    assert (row.last_error or "").count("TIMEOUT") >= 1
+
+
+async def test_user_invalidation_reaches_every_worker(
+    bff_env: dict[str, str],
+    nursery: trio.Nursery,
+    queue: QueueClient,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    base, _app, shutdown = await start_bff(nursery)
+    for _ in range(2):
+        await spawn_worker()
+    me = token(sub="u42", branches=["acme-north"])
+
+    async def ask() -> tuple[str, str]:
+        body = (await post(http, "probe", "cached", {"value": "v"}, me)).json()
+        answer = await poll_until_done(http, body["pollUrl"])
+        row = await queue.get(body["jobId"])
+        assert row is not None and row.locked_by is not None
+        return row.locked_by, answer["cache"]
+
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        seen: dict[str, list[str]] = {}
+        with trio.fail_after(60):
+            while len(seen) < 2 or any("hit" not in c for c in seen.values()):
+                worker, cache = await ask()
+                seen.setdefault(worker, []).append(cache)
+        # Both workers hold the entry; the BFF's write path drops it everywhere.
+        staff = token(staff=True, sub="ops")
+        resp = await http.post(
+            "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(staff)
+        )
+        assert resp.status_code == 202 and resp.json() == {"invalidated": ["u:u42"]}
+        after: dict[str, str] = {}
+        with trio.fail_after(60):
+            while len(after) < 2:
+                worker, cache = await ask()
+                after.setdefault(worker, cache)
+        assert after == dict.fromkeys(seen, "miss")
+        # Only staff (or the service token) may invalidate, and only its own client's c: tag.
+        nope = await http.post(
+            "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(me)
+        )
+        assert nope.status_code == 403
+        other = await http.post(
+            "/api/probe/invalidate", json={"tags": ["c:globex"]}, headers=bearer(STAFF)
+        )
+        assert other.status_code == 403
+    shutdown.set()
