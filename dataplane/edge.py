@@ -4,9 +4,14 @@
   "message"}}``; :func:`install_error_handlers` makes every error (ours, and
   Quart's 404/405/413/415...) answer that body, and closes a connection whose
   request body was left unread by the refusal (reusing it would stall both sides);
+  a path with a doubled slash is an unknown route (JSON 404), not an HTML redirect;
 * :func:`json_response`, :func:`prometheus_response`: the bodies we send;
+* :func:`require_bearer`: a shared-token check (``/metrics`` with a token);
 * :class:`RequireTrio`: the ASGI guard that fails at startup, naming ``-k trio``,
-  when Hypercorn serves the app under asyncio;
+  when Hypercorn serves the app under asyncio; under Trio it makes the connection
+  close as HTTP says (:func:`shield_final_send`) and ``100 Continue`` wait until the
+  app reads the body (:class:`DeferredContinueH11Protocol`, :class:`ContinueRequest`);
+  both work around Hypercorn/Quart-Trio defects described in ``docs/known-issues.md``;
 * :func:`server_span`: a route wrapped in an HTTP server span;
 * :func:`log_to_stderr`: our loggers to stderr next to Hypercorn's own.
 """
@@ -14,17 +19,23 @@
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, ClassVar
 
+import h11
+import hypercorn.protocol
 import sniffio
+import trio
+from hypercorn.protocol.h11 import H11Protocol
 from opentelemetry.trace import SpanKind
 from quart import Response, request
 from quart_trio import QuartTrio
+from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
 from dataplane.observability.tracing import tracer
@@ -127,9 +138,30 @@ def install_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
             response.headers["Connection"] = "close"
         return response
 
+    # A doubled slash must not be "merged" by a 308 redirect: Quart answers routing
+    # redirects with HTML, past every error handler. Unmerged, the path matches no
+    # route and answers the JSON 404 like any other unknown route.
+    app.url_map.merge_slashes = False
+    for rule in app.url_map.iter_rules():
+        rule.merge_slashes = False
+    # Expect: 100-continue is answered only when a route reads the body (see
+    # ContinueRequest): a refusal (401, 403, 415...) goes out without inviting it.
+    app.request_class = ContinueRequest
     app.register_error_handler(ApiError, api_error)
     app.register_error_handler(HTTPException, http_error)
     app.after_request(close_if_body_unread)
+
+
+def require_bearer(expected: str | None, setting: str) -> None:
+    """401 unless the request carries ``Authorization: Bearer <expected>`` (nothing to
+    check when ``expected`` is unset); compared in constant time."""
+    if not expected:
+        return
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"), expected.encode()
+    ):
+        raise ApiError(401, f"send Authorization: Bearer <{setting}>")
 
 
 Route = Callable[..., Awaitable[Response]]
@@ -181,12 +213,156 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+# -- Expect: 100-continue, only once the app reads the body ---------------------------
+
+_H11: Any = h11  # the HTTP/1.1 state machine Hypercorn speaks
+CONTINUE_EXTENSION = "dataplane.send_continue"  # ASGI scope extension: await it for a 100
+SendContinue = Callable[[], Awaitable[None]]
+
+
+class _DeferredContinueConnection:
+    """Hypercorn's h11 server connection, reporting a client that waits for ``100
+    Continue`` only once the app asked for the body (Hypercorn then sends the 100)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.continue_wanted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def they_are_waiting_for_100_continue(self) -> bool:
+        return self.continue_wanted and bool(self._inner.they_are_waiting_for_100_continue)
+
+    def start_next_cycle(self) -> None:
+        self._inner.start_next_cycle()
+        self.continue_wanted = False
+
+
+class DeferredContinueH11Protocol(H11Protocol):
+    """Hypercorn's HTTP/1.1 protocol, but ``100 Continue`` waits for the app.
+
+    Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
+    request carrying ``Expect: 100-continue``, before the app has even seen it: a
+    client is invited to send its body to be refused (401) anyway. Here the 100 goes
+    out when the app first reads the body (:meth:`send_continue`), and never when it
+    answers first (a response ends the client's wait, RFC 9110 §10.1.1)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = _DeferredContinueConnection(self.connection)  # type: ignore[assignment]
+
+    async def send_continue(self) -> None:
+        connection: Any = self.connection
+        if not isinstance(connection, _DeferredContinueConnection):
+            return  # upgraded to a WebSocket meanwhile
+        connection.continue_wanted = True
+        if connection.they_are_waiting_for_100_continue:
+            await self._send_h11_event(
+                _H11.InformationalResponse(
+                    status_code=100, headers=self.config.response_headers("h11")
+                )
+            )
+
+
+def defer_100_continue() -> None:
+    """Make Hypercorn serve HTTP/1.1 with :class:`DeferredContinueH11Protocol`
+    (idempotent; in effect for connections accepted from then on)."""
+    hypercorn.protocol.H11Protocol = DeferredContinueH11Protocol  # type: ignore[attr-defined]
+
+
+def continue_hook(scope: dict[str, Any], send: Send) -> SendContinue | None:
+    """For a request that expects ``100 Continue`` over our HTTP/1.1 protocol: the
+    coroutine function that sends it. ``send`` is Hypercorn's ``HTTPStream.app_send``,
+    whose stream sends through the connection's protocol."""
+    if not any(
+        name == b"expect" and value.strip().lower() == b"100-continue"
+        for name, value in scope.get("headers", ())
+    ):
+        return None
+    stream = getattr(send, "__self__", None)
+    protocol = getattr(getattr(stream, "send", None), "__self__", None)
+    if isinstance(protocol, DeferredContinueH11Protocol):
+        return protocol.send_continue
+    return None
+
+
+class ContinueBody(TrioBody):
+    """A request body that sends ``100 Continue`` (when one is awaited) the first
+    time the app reads it, unless the body is already refused (too large)."""
+
+    send_continue: SendContinue | None = None
+
+    async def _invite(self) -> None:
+        send_continue, self.send_continue = self.send_continue, None
+        if send_continue is not None and self._must_raise is None:
+            await send_continue()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        yield from self._invite().__await__()
+        return (yield from super().__await__())
+
+    async def __anext__(self) -> bytes:
+        await self._invite()
+        return await super().__anext__()
+
+
+class ContinueRequest(TrioRequest):
+    body_class = ContinueBody
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        extensions: dict[str, Any] = dict(self.scope.get("extensions") or {})
+        hook = extensions.get(CONTINUE_EXTENSION)
+        if callable(hook) and isinstance(self.body, ContinueBody):
+            self.body.send_continue = hook
+
+
+# -- closing connections ----------------------------------------------------------------
+
+
+def ends_response(message: dict[str, Any]) -> bool:
+    """Whether ``message`` is the last one of an HTTP response."""
+    kind = message.get("type")
+    if kind == "http.response.body":
+        return not message.get("more_body", False)
+    if kind == "http.response.trailers":
+        return not message.get("more_trailers", False)
+    return False
+
+
+def shield_final_send(send: Send) -> Send:
+    """``send``, with the message that ends a response shielded from cancellation.
+
+    Hypercorn's trio server finishes a response *inside* that ``send``: it hands the
+    app ``http.disconnect``, then either closes the socket (``Connection: close``,
+    HTTP/1.0, a close-delimited body such as an SSE stream) or arms the keep-alive
+    timer. Quart-Trio cancels the request's nursery as soon as it receives that
+    ``http.disconnect`` — so, unshielded, the close (or the timer) is cancelled half
+    way and the connection is never closed (docs/known-issues.md). Sending bytes is
+    already shielded by Hypercorn; this adds only the bookkeeping that follows the
+    last one, which does not wait on the peer (``send_eof``/``aclose``, starting a
+    timer, one message to the app's receive channel).
+    """
+
+    async def send_shielded_at_end(message: dict[str, Any]) -> None:
+        if ends_response(message):
+            with trio.CancelScope(shield=True):
+                await send(message)
+        else:
+            await send(message)
+
+    return send_shielded_at_end
+
+
 class RequireTrio:
     """ASGI guard: served under anything but Trio, fail at startup with ``message``."""
 
     def __init__(self, inner: QuartTrio, message: str) -> None:
         self.inner = inner
         self.message = message
+        defer_100_continue()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         try:
@@ -194,6 +370,12 @@ class RequireTrio:
         except sniffio.AsyncLibraryNotFoundError:
             library = "unknown"
         if library == "trio":
+            if scope["type"] == "http":
+                hook = continue_hook(scope, send)
+                if hook is not None:
+                    extensions = {**(scope.get("extensions") or {}), CONTINUE_EXTENSION: hook}
+                    scope = {**scope, "extensions": extensions}
+                send = shield_final_send(send)
             await self.inner(scope, receive, send)  # type: ignore[arg-type]
             return
         if scope["type"] == "lifespan":

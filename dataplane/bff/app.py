@@ -15,12 +15,15 @@ from __future__ import annotations
 import logging
 
 import trio
+from quart import request
 from quart_trio import QuartTrio
 
-from dataplane.bff.auth import JwtVerifier, StreamTokens
+from dataplane.bff.auth import JwtVerifier
 from dataplane.bff.config import BffConfig
+from dataplane.bff.invalidate import invalidation
 from dataplane.bff.plane import BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
+from dataplane.bff.tokens import StreamTokens
 from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers, log_to_stderr
 from dataplane.observability.otel import setup_telemetry
@@ -44,6 +47,7 @@ def create_app() -> QuartTrio:
     app.extensions["dataplane"] = state  # the plane, for operators' tools and tests
     install_error_handlers(app, max_body_bytes=MAX_BODY_BYTES)
     app.register_blueprint(routes)
+    app.register_blueprint(invalidation)
 
     @app.before_serving
     async def start_plane() -> None:
@@ -51,6 +55,11 @@ def create_app() -> QuartTrio:
         if state.telemetry is None:
             state.telemetry = setup_telemetry("dataplane-bff")
         config = state.config = from_env(BffConfig)
+        if state.telemetry.prometheus and not config.metrics_token:
+            log.warning(
+                "GET /metrics is served to anyone who reaches this port: "
+                "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
+            )
         missing = config.missing()
         if missing:
             state.why = "the data plane is not configured: set " + " and ".join(missing)
@@ -62,7 +71,13 @@ def create_app() -> QuartTrio:
             public_key=jwt.public_key,
             audience=jwt.audience,
             issuer=jwt.issuer,
+            jwks_url=jwt.jwks_url,
+            jwks_refresh_seconds=jwt.jwks_refresh_seconds,
+            jwks_max_age_seconds=jwt.jwks_max_age_seconds,
+            jwks_timeout_seconds=jwt.jwks_timeout_seconds,
         )
+        if verifier.jwks is not None:
+            await verifier.jwks.refresh()  # bounded; a failure is retried on demand
         tokens = StreamTokens.from_settings(jwt.stream_secret, jwt.secret)
         ready = trio.Event()
         app.nursery.start_soon(serve_plane, config, verifier, tokens, state, ready)
@@ -70,6 +85,13 @@ def create_app() -> QuartTrio:
             await ready.wait()
         if not ready.is_set():
             log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
+
+    @app.before_request
+    async def fetch_signing_keys() -> None:
+        # JWT verification never does I/O; with a JWKS, a key it will need is fetched
+        # here first (rate-limited: see dataplane.bff.auth.JwksKeys).
+        if state.plane is not None:
+            await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
 
     @app.after_serving
     async def flush_telemetry() -> None:

@@ -1,42 +1,38 @@
-"""Caller authentication: verified JWTs, and the signed stream tokens.
+"""Caller authentication: verified JWTs (the URL tokens are :mod:`dataplane.bff.tokens`).
 
 :class:`JwtVerifier` accepts exactly one algorithm family, pinned by the
 configuration: HS256 with ``DATAPLANE_JWT_SECRET``, or RS256 / ES256 with the PEM
-``DATAPLANE_JWT_PUBLIC_KEY`` (the key's type picks which). ``none`` is never
+``DATAPLANE_JWT_PUBLIC_KEY`` (the key's type picks which), or the public keys of
+an identity provider's JWKS (``DATAPLANE_JWT_JWKS_URL``, :class:`JwksKeys`: each key
+with its own asymmetric algorithm, ``kid`` required). ``none`` is never
 accepted, ``exp`` is required (30 s leeway), ``aud``/``iss`` are checked when
-configured, and the claims the envelope needs must be present and well typed.
+configured, and the claims the envelope needs must be present and well typed;
+no claim may hold NUL or an unpaired surrogate (one 401 message for all).
 Every failure is an :class:`AuthError` (HTTP 401) that says what was wrong.
-
-Stream tokens ride in ``streamUrl``/``pollUrl``/blob URLs because EventSource
-cannot send headers. They are short-lived HMAC-SHA256-signed tokens bound to one
-job id and to the caller's surface, client, scope key and tier, signed with a key of
-the BFF's (``DATAPLANE_STREAM_SECRET``, else derived from the JWT secret). They
-are not JWTs: a fixed format is cheaper to mint and check on every request.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import secrets
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import jwt
+import trio
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+from dataplane.bff.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
 from dataplane.envelope import Auth
 from dataplane.errors import ConfigError, DataPlaneError, InvalidArgument
 
 LEEWAY_SECONDS = 30  # clock skew tolerated on exp/nbf/iat
-STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid
-STREAM_AUDIENCE = "dataplane-stream"
-STREAM_TOKEN_VERSION = "s2"  # s2: bound to the tier as well
 MAX_TOKEN_BYTES = 8192
+
+log = logging.getLogger(__name__)
 
 
 class AuthError(DataPlaneError):
@@ -50,6 +46,7 @@ class JwtVerifier:
     audience: str | None = None
     issuer: str | None = None
     leeway: int = LEEWAY_SECONDS
+    jwks: JwksKeys | None = None  # keys of an identity provider, instead of ``key``
 
     @classmethod
     def from_settings(
@@ -59,12 +56,24 @@ class JwtVerifier:
         public_key: str | None,
         audience: str | None = None,
         issuer: str | None = None,
+        jwks_url: str | None = None,
+        jwks_refresh_seconds: float = JWKS_REFRESH_SECONDS,
+        jwks_max_age_seconds: float = JWKS_MAX_AGE_SECONDS,
+        jwks_timeout_seconds: float = JWKS_TIMEOUT_SECONDS,
     ) -> JwtVerifier:
-        if secret and public_key:
+        if sum(bool(k) for k in (secret, public_key, jwks_url)) > 1:
             raise ConfigError(
-                "set DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY, not both: "
-                "exactly one algorithm family is accepted"
+                "set one of DATAPLANE_JWT_SECRET, DATAPLANE_JWT_PUBLIC_KEY and "
+                "DATAPLANE_JWT_JWKS_URL: exactly one source of keys is accepted"
             )
+        if jwks_url:
+            keys = JwksKeys(
+                jwks_url,
+                refresh_seconds=jwks_refresh_seconds,
+                max_age_seconds=jwks_max_age_seconds,
+                timeout_seconds=jwks_timeout_seconds,
+            )
+            return cls(None, "JWKS", audience, issuer, jwks=keys)
         if secret:
             if len(secret.encode()) < 32:
                 raise ConfigError("DATAPLANE_JWT_SECRET must be at least 32 bytes")
@@ -81,17 +90,32 @@ class JwtVerifier:
             if isinstance(key, ec.EllipticCurvePublicKey):
                 return cls(key, "ES256", audience, issuer)
             raise ConfigError("DATAPLANE_JWT_PUBLIC_KEY must be an RSA or EC (P-256) key")
-        raise ConfigError("no JWT key: set DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY")
+        raise ConfigError(
+            "no JWT key: set DATAPLANE_JWT_SECRET, DATAPLANE_JWT_PUBLIC_KEY "
+            "or DATAPLANE_JWT_JWKS_URL"
+        )
+
+    async def prepare(self, authorization: str) -> None:
+        """Before :meth:`verify` (which never does I/O): with a JWKS, make sure the
+        key a bearer token names is fetched if it can be (see :class:`JwksKeys`)."""
+        if self.jwks is None:
+            return
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and 0 < len(token.strip()) <= MAX_TOKEN_BYTES:
+            await self.jwks.prepare(token.strip())
 
     def verify(self, token: str) -> Auth:
         """Verify a bearer token and turn its claims into an :class:`Auth`."""
         if not token or len(token) > MAX_TOKEN_BYTES:
             raise AuthError("missing or oversized token")
+        key, algorithm = self.key, self.algorithm
+        if self.jwks is not None:
+            key, algorithm = self.jwks.key_for(token)
         try:
             claims = jwt.decode(
                 token,
-                self.key,
-                algorithms=[self.algorithm],
+                key,
+                algorithms=[algorithm],
                 audience=self.audience,
                 issuer=self.issuer,
                 leeway=self.leeway,
@@ -110,13 +134,156 @@ class JwtVerifier:
         except jwt.MissingRequiredClaimError as exc:
             raise AuthError(f"token lacks the {exc.claim!r} claim") from None
         except jwt.InvalidAlgorithmError:
-            raise AuthError(f"token algorithm not accepted (expected {self.algorithm})") from None
+            raise AuthError(f"token algorithm not accepted (expected {algorithm})") from None
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
         return auth_from_claims(claims)
 
 
+class JwksKeys:
+    """The signing keys of an identity provider, from its JWKS URL, cached.
+
+    * A token must name its key (``kid`` header); each key is used only with its own
+      asymmetric algorithm (symmetric ``oct`` keys and ``enc`` keys are ignored).
+    * Verification reads the cache only (:meth:`key_for`, no I/O). :meth:`prepare`,
+      awaited before it, fetches the set when a token names a ``kid`` not in the cache
+      — at most once per ``refresh_seconds``, concurrent requests sharing one fetch —
+      or when the cache is older than ``max_age_seconds`` (so a key the provider
+      retired stops being accepted).
+    * The fetched set replaces the cache: during a rotation the provider publishes
+      both keys, and both are accepted. A failed fetch (``timeout_seconds`` per try)
+      keeps the cache as it was and counts toward the refresh interval.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        refresh_seconds: float = JWKS_REFRESH_SECONDS,
+        max_age_seconds: float = JWKS_MAX_AGE_SECONDS,
+        timeout_seconds: float = JWKS_TIMEOUT_SECONDS,
+    ) -> None:
+        if not url.startswith(("https://", "http://")):
+            raise ConfigError("DATAPLANE_JWT_JWKS_URL must be an http(s) URL")
+        self.url = url
+        self.refresh_seconds = refresh_seconds
+        self.max_age_seconds = max_age_seconds
+        self.timeout_seconds = timeout_seconds
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at: float | None = None  # trio clock, successful fetch
+        self._tried_at: float | None = None  # trio clock, any attempt
+        self._lock = trio.Lock()
+        self.fetches = 0  # attempts, for operators and tests
+
+    def key_for(self, token: str) -> tuple[Any, str]:
+        """The cached key and algorithm for ``token`` (AuthError if there is none)."""
+        kid = _kid_of(token)
+        jwk = self._keys.get(kid)
+        if jwk is None:
+            raise AuthError("token key id (kid) is not one of the identity provider's keys")
+        return jwk.key, str(jwk.algorithm_name)
+
+    async def prepare(self, token: str) -> None:
+        """Fetch the key set if ``token``'s ``kid`` is unknown or the cache is stale,
+        within the refresh interval's allowance; never raises for a bad token."""
+        try:
+            kid = _kid_of(token)
+        except AuthError:
+            return  # verify() says what is wrong with it
+        if kid in self._keys and not self._stale():
+            return
+        async with self._lock:  # one fetch at a time; the others re-check after it
+            if kid in self._keys and not self._stale():
+                return
+            now = trio.current_time()
+            if self._tried_at is not None and now - self._tried_at < self.refresh_seconds:
+                return  # refreshed moments ago: an unknown kid stays unknown until later
+            self._tried_at = now
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Fetch the key set now (bounded by ``timeout_seconds``); keep the old on failure."""
+        self.fetches += 1
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout_seconds) as client:
+                with trio.fail_after(self.timeout_seconds):
+                    resp = await client.get(self.url, headers={"Accept": "application/json"})
+            resp.raise_for_status()
+            keys = _usable_keys(resp.json())
+        except (httpx.HTTPError, trio.TooSlowError, ValueError, jwt.PyJWTError) as exc:
+            log.warning(
+                "JWKS fetch from %s failed (keeping %d key(s)): %r", self.url, len(self._keys), exc
+            )
+            return
+        self._keys = keys
+        self._fetched_at = trio.current_time()
+
+    def _stale(self) -> bool:
+        return (
+            self._fetched_at is None
+            or trio.current_time() - self._fetched_at > self.max_age_seconds
+        )
+
+
+def _kid_of(token: str) -> str:
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError as exc:
+        raise AuthError(f"invalid token: {exc}") from None
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise AuthError("token lacks a 'kid' header (the identity provider's key id)")
+    return kid
+
+
+def _usable_keys(document: Any) -> dict[str, jwt.PyJWK]:
+    """The signing keys of a JWKS document, by ``kid`` (asymmetric, with a ``kid``)."""
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise ValueError("not a JWKS document (no 'keys' list)")
+    keys: dict[str, jwt.PyJWK] = {}
+    for data in document["keys"]:
+        if not isinstance(data, dict) or data.get("kty") == "oct" or data.get("use") == "enc":
+            continue
+        kid = data.get("kid")
+        if not isinstance(kid, str) or not kid:
+            continue
+        try:
+            keys[kid] = jwt.PyJWK(data)
+        except jwt.PyJWTError:
+            continue  # a key type or algorithm this PyJWT cannot use: skip it
+    return keys
+
+
+NOT_TEXT = "token claims must be text: no NUL characters, no unpaired surrogates"
+
+
+def claims_are_text(value: Any) -> bool:
+    """Whether every string in ``value`` (keys included) is storable text: valid
+    UTF-8 (no unpaired surrogate) without NUL. Iterative: claims come from a token
+    of at most ``MAX_TOKEN_BYTES``, so this is cheap."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return False
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return True
+
+
 def auth_from_claims(claims: Mapping[str, Any]) -> Auth:
+    # Claims end up in the envelope (jsonb), the dedupe and scope keys (UTF-8 hashes)
+    # and answers: text that cannot be all three is refused here, one way for all.
+    if not claims_are_text(claims):
+        raise AuthError(NOT_TEXT)
     client, staff, branches = claims.get("client"), claims.get("staff"), claims.get("branches")
     if not isinstance(client, str) or not client or "|" in client:
         raise AuthError("token lacks a valid 'client' claim")
@@ -168,85 +335,3 @@ def mint_token(
     if issuer:
         claims["iss"] = issuer
     return jwt.encode(claims, secret, algorithm="HS256")
-
-
-@dataclass(frozen=True, slots=True)
-class StreamGrant:
-    job_id: str
-    surface: str
-    client: str
-    scope_key: str
-    coalesced: bool
-    tier: str = ""  # the BFF's queue suffix: a live token never reads a dev job
-
-
-class StreamTokens:
-    """Sign and check the job-bound tokens carried in stream/poll/blob URLs."""
-
-    def __init__(self, key: bytes, *, ttl: int = STREAM_TOKEN_TTL) -> None:
-        if len(key) < 32:
-            raise ConfigError("the stream-token key must be at least 32 bytes")
-        self._key = key
-        self.ttl = ttl
-
-    @classmethod
-    def from_settings(cls, stream_secret: str | None, jwt_secret: str | None) -> StreamTokens:
-        if stream_secret:
-            return cls(hashlib.sha256(b"dataplane-stream|" + stream_secret.encode()).digest())
-        if jwt_secret:
-            return cls(hashlib.sha256(b"dataplane-stream|" + jwt_secret.encode()).digest())
-        # A public-key deployment without a stream secret: tokens are per process.
-        return cls(secrets.token_bytes(32))
-
-    def mint(self, grant: StreamGrant) -> str:
-        """``base64url(fields) . base64url(HMAC-SHA256)`` — compact and cheap to check."""
-        expires = int(time.time()) + self.ttl
-        fields = [
-            STREAM_TOKEN_VERSION,
-            grant.job_id,
-            grant.surface,
-            grant.client,
-            grant.scope_key,
-            "1" if grant.coalesced else "0",
-            grant.tier,
-            str(expires),
-        ]
-        if any("|" in f for f in fields):
-            raise InvalidArgument("stream token fields may not contain '|'")
-        body = "|".join(fields).encode()
-        return _b64(body) + "." + _b64(self._sign(body))
-
-    def check(self, token: str) -> StreamGrant:
-        if not token or len(token) > MAX_TOKEN_BYTES:
-            raise AuthError("missing or oversized stream token")
-        head, _, sig = token.partition(".")
-        try:
-            body, mac = _unb64(head), _unb64(sig)
-        except ValueError:
-            raise AuthError("invalid stream token: not base64url") from None
-        if not hmac.compare_digest(mac, self._sign(body)):
-            raise AuthError("invalid stream token: bad signature")
-        parts = body.decode("utf-8", "replace").split("|")
-        if len(parts) != 8 or parts[0] != STREAM_TOKEN_VERSION:
-            raise AuthError("invalid stream token: unknown format")
-        _v, job_id, surface, client, scope, coalesced, tier, expires = parts
-        try:
-            expired = int(expires) + LEEWAY_SECONDS < time.time()
-        except ValueError:
-            raise AuthError("invalid stream token: bad expiry") from None
-        if expired:
-            raise AuthError("stream token expired")
-        return StreamGrant(job_id, surface, client, scope, coalesced == "1", tier)
-
-    def _sign(self, body: bytes) -> bytes:
-        return hmac.new(self._key, STREAM_AUDIENCE.encode() + b"|" + body, hashlib.sha256).digest()
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    if not text or not all(c.isalnum() or c in "-_" for c in text):
-        raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

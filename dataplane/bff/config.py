@@ -12,6 +12,9 @@ from dataplane.surfaces import SurfacesConfig
 SSE_DEADLINE_SECONDS = 60.0  # per-stream deadline, then event: error TIMEOUT
 SWEEP_SECONDS = 5.0  # reply pump sweep cadence
 POOL_SIZE = 20  # queue DB connections of one BFF process
+JWKS_REFRESH_SECONDS = 60.0  # an unknown kid fetches the JWKS at most once per this
+JWKS_MAX_AGE_SECONDS = 3600.0  # cached JWKS keys are re-fetched once older than this
+JWKS_TIMEOUT_SECONDS = 5.0  # one JWKS fetch, connect to last byte
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +26,21 @@ class JwtConfig:
     audience: str | None = setting("DATAPLANE_JWT_AUDIENCE", None)
     issuer: str | None = setting("DATAPLANE_JWT_ISSUER", None)
     stream_secret: str | None = setting("DATAPLANE_STREAM_SECRET", None)
+    # An identity provider's keys (instead of a secret or one public key).
+    jwks_url: str | None = setting("DATAPLANE_JWT_JWKS_URL", None)
+    jwks_refresh_seconds: float = setting(
+        "DATAPLANE_JWT_JWKS_REFRESH_SECONDS", JWKS_REFRESH_SECONDS, minimum=0.0
+    )
+    jwks_max_age_seconds: float = setting(
+        "DATAPLANE_JWT_JWKS_MAX_AGE_SECONDS", JWKS_MAX_AGE_SECONDS, minimum=1.0
+    )
+    jwks_timeout_seconds: float = setting(
+        "DATAPLANE_JWT_JWKS_TIMEOUT_SECONDS", JWKS_TIMEOUT_SECONDS, minimum=0.1
+    )
 
     @property
     def configured(self) -> bool:
-        return bool(self.secret or self.public_key)
+        return bool(self.secret or self.public_key or self.jwks_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +54,10 @@ class BffConfig:
     )
     sweep_seconds: float = setting("DATAPLANE_SWEEP_SECONDS", SWEEP_SECONDS, minimum=0.001)
     pool_size: int = POOL_SIZE
+    # GET /metrics (with DATAPLANE_METRICS=1) requires this as a bearer token when set;
+    # unset, it is served to anyone who reaches the BFF's port (keep it off the internet).
+    metrics_token: str | None = setting("DATAPLANE_METRICS_TOKEN", None)
+    invalidate_token: str | None = setting("DATAPLANE_INVALIDATE_TOKEN", None)
 
     def missing(self) -> list[str]:
         """What must still be set before the plane can serve (empty when nothing)."""
@@ -47,5 +65,7 @@ class BffConfig:
         if self.queue.url is None:
             missing.append("MAESTRO_QUEUES_URL (the queue database)")
         if not self.jwt.configured:
-            missing.append("DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY")
+            missing.append(
+                "DATAPLANE_JWT_SECRET or DATAPLANE_JWT_PUBLIC_KEY or DATAPLANE_JWT_JWKS_URL"
+            )
         return missing

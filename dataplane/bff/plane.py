@@ -13,14 +13,16 @@ from dataclasses import dataclass
 
 import trio
 
-from dataplane.bff.auth import JwtVerifier, StreamTokens
+from dataplane.bff.auth import JwtVerifier
 from dataplane.bff.backpressure import LiveLoad
 from dataplane.bff.config import BffConfig
 from dataplane.bff.pump import ReplyPump
+from dataplane.bff.tokens import StreamTokens
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.db.session import wait_session_pooling
+from dataplane.errors import ConfigError
 from dataplane.observability.otel import Telemetry
 from dataplane.queue import QueueClient, QueueType
-from dataplane.surfaces import all_surfaces
 from dataplane.surfaces.manifest import Surface
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,16 @@ async def serve_plane(
 ) -> None:
     """The plane's lifetime: bridge loop, pool and pump, until the app shuts down."""
     url = config.queue.require_url()
-    surfaces = all_surfaces(probe_enabled=config.surfaces.probe_enabled)
+    surfaces = config.surfaces.registry().surfaces
     db_config = DatabaseConfig(url, pool_size=config.pool_size, application_name="dataplane-bff")
     async with open_bridge(), open_database(db_config) as db:
+        try:  # LISTEN needs real sessions: behind transaction pooling, answer 503 saying so
+            await wait_session_pooling(db_config)
+        except ConfigError as exc:
+            state.why = str(exc)
+            log.error("%s; plane routes answer 503", state.why)
+            ready.set()
+            return
         queue = QueueClient(db, config.queue)
         channels = [s.queue_type(config.queue_suffix).done_channel for s in surfaces.values()]
         pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)

@@ -38,6 +38,7 @@ from dataplane.queue import JobRow, QueueClient, done_channel
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000  # job ids per statement
+QUIET_CHANNEL = "dataplane_no_surfaces"  # nobody notifies it
 
 
 @dataclass(eq=False)
@@ -91,7 +92,9 @@ class ReplyPump:
         self.queue = queue
         self.sweep_seconds = sweep_seconds
         self.listener: Listener = queue.db.listener(
-            list(channels),
+            # With no surface installed there is nothing to hear, but the listener still
+            # holds its session (and /readyz its meaning): it listens on a quiet channel.
+            list(channels) or [QUIET_CHANNEL],
             check_interval=max(0.05, sweep_seconds - LISTEN_PING_TIMEOUT),
             ping_timeout=min(LISTEN_PING_TIMEOUT, max(0.05, sweep_seconds / 2)),
             reconnect_delays=reconnect_delays,

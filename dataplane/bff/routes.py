@@ -19,14 +19,27 @@ import trio
 from opentelemetry.trace import SpanKind
 from quart import Blueprint, Response, current_app, request
 
-from dataplane.bff.auth import StreamGrant
-from dataplane.bff.jobs import answer, bearer, job_target, queue_call, read_job
+from dataplane.bff.jobs import (
+    answer,
+    bearer,
+    blob_chunks,
+    job_target,
+    queue_call,
+    read_job,
+)
 from dataplane.bff.openapi import openapi_document
 from dataplane.bff.plane import BffState, Plane
 from dataplane.bff.sse import EVENT_FINAL, job_events
+from dataplane.bff.tokens import StreamGrant
 from dataplane.bff.urls import poll_url, stream_url
 from dataplane.db import q
-from dataplane.edge import ApiError, json_response, prometheus_response, server_span
+from dataplane.edge import (
+    ApiError,
+    json_response,
+    prometheus_response,
+    require_bearer,
+    server_span,
+)
 from dataplane.envelope import Envelope
 from dataplane.errors import (
     DatabaseError,
@@ -39,7 +52,6 @@ from dataplane.observability.metrics import instruments
 from dataplane.observability.otel import prometheus_text
 from dataplane.observability.tracing import current_traceparent, links_to, messaging, tracer
 from dataplane.queue import EnqueueResult
-from dataplane.surfaces import all_surfaces
 from dataplane.surfaces.manifest import Surface
 
 MAX_BODY_BYTES = 64 * 1024
@@ -213,10 +225,11 @@ async def blob(surface_id: str, job_id: str) -> Response:
     p = plane()
     surface = surface_of(p, surface_id)
     row = await read_job(p, surface, job_target(p, surface, job_id))
-    stored = await queue_call(p.queue.get_blob(row.id))
+    stored = await queue_call(p.queue.get_blob_head(row.id))
     if stored is None:
         raise ApiError(404, "no blob for this job (it may have expired)")
-    resp = Response(stored.data, mimetype=stored.content_type)
+    # Streamed from the queue DB a chunk at a time: memory per download stays bounded.
+    resp = Response(blob_chunks(p, stored), mimetype=stored.content_type)
     resp.headers["Content-Length"] = str(stored.size)
     ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
     if isinstance(ref, dict) and isinstance(ref.get("filename"), str):
@@ -254,6 +267,8 @@ async def stream(surface_id: str, job_id: str) -> Response:
 
 @routes.get("/metrics")
 async def prometheus_metrics() -> Response:
+    config = state().config
+    require_bearer(config.metrics_token if config else None, "DATAPLANE_METRICS_TOKEN")
     telemetry = state().telemetry
     if telemetry is None or not telemetry.prometheus:
         raise ApiError(404, "metrics are served only with DATAPLANE_METRICS=1")
@@ -295,7 +310,9 @@ async def static_file(name: str) -> Response:
 
 @routes.get("/openapi.json")
 async def openapi() -> Response:
-    return json_response(openapi_document(all_surfaces(probe_enabled=probe_enabled())))
+    config = state().config
+    surfaces = config.surfaces.registry().surfaces if config is not None else {}
+    return json_response(openapi_document(surfaces))
 
 
 # -- request helpers --------------------------------------------------------------

@@ -15,10 +15,10 @@ from typing import Any
 
 import trio
 
-from dataplane.bff.auth import StreamGrant
 from dataplane.bff.jobs import answer
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Waiter
+from dataplane.bff.tokens import StreamGrant
 from dataplane.observability.metrics import instruments
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow

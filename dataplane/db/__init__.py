@@ -11,6 +11,7 @@ errors become the project's (:mod:`dataplane.errors`).
 * :mod:`~dataplane.db.sql`: the named statements of ``sql/queries/*.sql``.
 """
 
+from dataplane.db.admin import ensure_database
 from dataplane.db.bridge import current_loop, open_bridge, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, translate, with_params
 from dataplane.db.listener import (
@@ -38,6 +39,7 @@ __all__ = [
     "PoolStatistics",
     "check_channel",
     "current_loop",
+    "ensure_database",
     "open_bridge",
     "open_database",
     "q",

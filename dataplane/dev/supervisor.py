@@ -6,12 +6,22 @@ once with its read-only role, and a development JWT secret. Then it runs, as
 separate child processes supervised from one Trio nursery, the BFF (Hypercorn
 ``-k trio``), one worker per demo surface plus ``probe``, and the telemetry
 receiver when it is installed. A child that dies is logged and restarted with
-backoff. Ctrl-C (or SIGTERM) stops every child — SIGTERM, then SIGKILL after a
-short grace — and then Postgres, within a few seconds, leaving nothing behind.
+backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
+terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
+then Postgres, within a few seconds, leaving nothing behind.
+
+If this process dies without that chance (SIGKILL, OOM killer), nothing is left
+running for long either: each child is spawned from the main thread with
+``PR_SET_PDEATHSIG`` = SIGTERM (Linux), so the kernel tells it to stop when its
+parent goes, and a small watchdog process holding the other end of a pipe stops
+the embedded Postgres (``pg_ctl stop -m fast``) when the pipe's writer — this
+process — is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.util
 import logging
 import os
@@ -23,15 +33,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import trio
 
 from dataplane.bff.auth import mint_token
-from dataplane.db import DatabaseConfig, open_bridge, open_database, with_params
+from dataplane.config import from_env
+from dataplane.db import DatabaseConfig, ensure_database, open_bridge, open_database, with_params
 from dataplane.dev.embedded import EmbeddedPostgres, free_port
 from dataplane.queue.migrations import migrate
-from dataplane.surfaces import all_surfaces
-from dataplane.surfaces.demo_db import create_demo_db, ensure_database
+from dataplane.surfaces import SurfacesConfig
+from dataplane.surfaces.manifest import Surface
 
 log = logging.getLogger("dataplane.dev")
 
@@ -41,6 +53,17 @@ CHILD_STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for a child
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before restarting a dead child
 STABLE_AFTER = 30.0  # a child that ran this long resets its backoff
 READY_WAIT = 60.0  # seconds to wait for the BFF to answer /readyz
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops everything
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCHDOG_EXIT = 10.0  # seconds the Postgres watchdog may take to exit once we are done
+
+# The watchdog: blocks until its stdin (a pipe whose only writer is `dataplane dev`)
+# reaches EOF, then stops the embedded Postgres if it still runs.
+_POSTGRES_WATCHDOG = (
+    "import sys; from pathlib import Path;"
+    " from dataplane.dev.embedded import EmbeddedPostgres;"
+    " sys.stdin.buffer.read(); EmbeddedPostgres(Path(sys.argv[1])).stop('fast')"
+)
 
 
 @dataclass
@@ -52,14 +75,92 @@ class Child:
     pid: int | None = field(default=None)
 
 
-async def _stop_child(process: trio.Process) -> None:
-    """Cancel delivery: SIGTERM, a short grace, then SIGKILL."""
+def _prctl() -> object | None:
+    """libc's prctl, looked up once in the parent (the child only calls it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    return libc.prctl
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In the child, before exec: SIGTERM me when my parent's spawning thread dies.
+
+    The kernel ties the signal to the *thread* that forked, so children are spawned
+    from the main thread (:meth:`ChildProcess.spawn`), never from a worker thread
+    that may exit while they run. A parent already gone before the call: exit now.
+    """
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # type: ignore[operator]
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+class ChildProcess:
+    """A child spawned from the main thread with :func:`_die_with_parent`.
+
+    ``trio.lowlevel.open_process`` forks from a worker thread of Trio's cache, which
+    exits when idle: ``PR_SET_PDEATHSIG`` would then fire seconds after the spawn.
+    Forking here blocks the loop for the few milliseconds of fork and exec.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], env: Mapping[str, str], out: IO[bytes]) -> ChildProcess:
+        parent = os.getpid()
+        return cls(
+            subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the supervisor, which stops children
+                preexec_fn=lambda: _die_with_parent(parent),
+            )
+        )
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def wait(self) -> int:
+        """Block until the child exits (a pidfd where there is one); reap it."""
+        if self.popen.poll() is None:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfd: a thread waits instead
+                return await trio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            finally:
+                os.close(fd)
+        return self.popen.wait()
+
+    def terminate(self) -> None:
+        self.popen.terminate()
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+
+async def _stop_child(process: ChildProcess) -> None:
+    """Cancel delivery: SIGTERM, a short grace, then SIGKILL (and reap)."""
     try:
         process.terminate()
         with trio.move_on_after(CHILD_STOP_GRACE):
             await process.wait()
             return
         process.kill()
+        await process.wait()
     except ProcessLookupError:
         pass
 
@@ -71,13 +172,7 @@ async def supervise(child: Child, log_dir: Path) -> None:
         log_path = log_dir / f"{child.name}.log"
         started = trio.current_time()
         async with await trio.open_file(log_path, "ab") as out:
-            process = await trio.lowlevel.open_process(
-                list(child.argv),
-                env={**os.environ, **child.env},
-                stdout=out.wrapped,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches the supervisor, which stops children
-            )
+            process = ChildProcess.spawn(child.argv, {**os.environ, **child.env}, out.wrapped)
             child.pid = process.pid
             try:
                 code = await process.wait()
@@ -108,9 +203,16 @@ def _secret(dev_dir: Path) -> str:
     return path.read_text().strip()
 
 
-async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str]:
-    """Queue DB migrated and demo DB seeded; returns (queue DSN, read-only client DSN)."""
+def _surfaces() -> dict[str, Surface]:
+    """What is registered (``probe`` included); dev serves exactly that."""
+    return from_env(SurfacesConfig, probe_enabled=True).registry().surfaces
+
+
+async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | None]:
+    """Queue DB migrated and, when a registered package ships one, its demo client DB
+    seeded; returns (queue DSN, read-only client DSN or None)."""
     assert callable(say)
+    builders = from_env(SurfacesConfig, probe_enabled=True).registry().demo_db_builders()
     admin = server.dsn()
     async with open_bridge():
         async with open_database(DatabaseConfig(admin, pool_size=1)) as db:
@@ -119,13 +221,20 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str]:
         async with open_database(DatabaseConfig(queue_dsn, pool_size=1)) as db:
             applied = await migrate(db)
             say(f"queue DB ready ({len(applied)} migration(s) applied)")
-        say("demo client DB: preparing (the first run seeds ~200k rows) ...")
-        ro_dsn = await create_demo_db(admin, progress=lambda line: say("  " + line))
+        ro_dsn = None
+        for package, build in builders[:1]:
+            say(f"demo client DB of {package.name}: preparing (the first run seeds it) ...")
+            ro_dsn = await build(admin, progress=lambda line: say("  " + line))
+        if not builders:
+            say(
+                "no installed surface package ships a demo client DB; serving what needs "
+                "none (for the demo LMS: pip install -e examples/lms)"
+            )
     return queue_dsn, ro_dsn
 
 
 def _children(
-    port: int, queue_dsn: str, ro_dsn: str, secret: str, capcom_port: int | None
+    port: int, queue_dsn: str, ro_dsn: str | None, secret: str, capcom_port: int | None
 ) -> list[Child]:
     common = {
         "MAESTRO_QUEUES_URL": queue_dsn,
@@ -145,9 +254,14 @@ def _children(
             common,
         )
     ]
-    for surface in all_surfaces(probe_enabled=True).values():
+    for surface in _surfaces().values():
         env = {**common, "SURFACE_QUEUE_TYPE": surface.queue_type().name}
         if surface.needs_client_db:
+            if ro_dsn is None:
+                log.warning(
+                    "surface %s needs a client DB and none is set up: no worker", surface.id
+                )
+                continue
             env["CLIENT_DB_URL"] = ro_dsn
         children.append(Child(f"worker-{surface.id}", [py, "-m", "dataplane", "worker"], env))
     if capcom_port is not None:
@@ -227,6 +341,36 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
         await trio.sleep_forever()
 
 
+async def _run_until_signal(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
+    """:func:`_run` until SIGINT, SIGTERM or SIGHUP: then cancel it, so every child
+    is stopped (each ``supervise`` stops its own), and return."""
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    print(
+                        f"dataplane dev: {signal.Signals(signum).name}: stopping",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_on_signal)
+            await _run(server, dev_dir, port)
+
+
+def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
+    """A watchdog that stops ``server`` once this process is gone, however it went."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _POSTGRES_WATCHDOG, str(server.datadir)],
+        stdin=subprocess.PIPE,  # we hold the only write end: EOF when we die
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a signal to our process group is not for it
+    )
+
+
 def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR) -> int:
     dev_dir = dev_dir.resolve()
     if fresh and dev_dir.exists():
@@ -234,13 +378,16 @@ def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR) -> int:
         shutil.rmtree(dev_dir)
     dev_dir.mkdir(parents=True, exist_ok=True)
     server = EmbeddedPostgres(dev_dir / "pg")
-    print("dataplane dev: starting the embedded Postgres ...", file=sys.stderr, flush=True)
-    server.start()
-    # SIGTERM ends the run like Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Outside Trio (starting and stopping Postgres), each stop signal is a Ctrl-C;
+    # inside it, _run_until_signal receives them.
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    watchdog = None
     try:
-        trio.run(_run, server, dev_dir, port)
+        print("dataplane dev: starting the embedded Postgres ...", file=sys.stderr, flush=True)
+        watchdog = _watch_postgres(server)
+        server.start()
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        trio.run(_run_until_signal, server, dev_dir, port)
     except KeyboardInterrupt:
         pass
     except BaseExceptionGroup as group:
@@ -248,7 +395,16 @@ def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR) -> int:
         if rest is not None:
             raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum in STOP_SIGNALS:  # stopping already: a second signal must not cut it short
+            signal.signal(signum, signal.SIG_IGN)
         server.stop("fast")
+        if watchdog is not None and watchdog.stdin is not None:
+            watchdog.stdin.close()  # it finds Postgres stopped and exits
+            try:
+                watchdog.wait(timeout=WATCHDOG_EXIT)
+            except subprocess.TimeoutExpired:
+                watchdog.kill()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         print("dataplane dev: stopped", file=sys.stderr, flush=True)
     return 0

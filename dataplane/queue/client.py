@@ -46,7 +46,7 @@ from dataplane.queue.records import (
     job_uuid,
     to_json,
 )
-from dataplane.queue.types import QueueType, check_queue_type, check_status
+from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_status
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
 MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more
@@ -288,6 +288,63 @@ class QueueClient:
             created_at=row["created_at"],
             expires_at=row["expires_at"],
         )
+
+    async def invalidate(self, *tags: str) -> None:
+        """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""
+        for tag in tags:
+            if not isinstance(tag, str) or not tag or "\x00" in tag:
+                raise InvalidArgument(f"a cache tag must be a non-empty string, got {tag!r}")
+        for tag in tags:
+            await self.notify(INVALIDATE_CHANNEL, tag)
+
+    async def get_owned(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        queue_type: str | QueueType,
+        client: str,
+        scope_key: str,
+    ) -> JobRow | None:
+        """The job if it is of ``queue_type`` and owned by ``client`` and ``scope_key``;
+        None for anyone else's job exactly as for an unknown id (the owner is matched
+        in the statement: nothing of another tenant's row is returned)."""
+        row = await self.db.fetchone(
+            q("job_get_owned"),
+            {
+                "id": job_uuid(job_id),
+                "type": check_queue_type(queue_type),
+                "client": client,
+                "scope_key": scope_key,
+            },
+        )
+        return JobRow.from_row(row) if row is not None else None
+
+    async def get_blob_head(self, job_id: uuid.UUID | str) -> StoredBlob | None:
+        """The newest unexpired blob of a job *without its bytes* (``data`` is empty):
+        read them with :meth:`get_blob_chunk`, a bounded slice at a time."""
+        row = await self.db.fetchone(q("blob_head"), {"job_id": job_uuid(job_id)})
+        if row is None:
+            return None
+        return StoredBlob(
+            id=row["id"],
+            job_id=row["job_id"],
+            content_type=row["content_type"],
+            data=b"",
+            size=row["size"],
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+        )
+
+    async def get_blob_chunk(self, blob_id: uuid.UUID, offset: int, length: int) -> bytes | None:
+        """``length`` bytes of a blob from byte ``offset``; None once it expired or is gone."""
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidArgument(f"offset must be an integer >= 0, got {offset!r}")
+        if not isinstance(length, int) or length < 1:
+            raise InvalidArgument(f"length must be an integer >= 1, got {length!r}")
+        row = await self.db.fetchone(
+            q("blob_chunk"), {"id": blob_id, "offset": offset, "length": length}
+        )
+        return bytes(row["chunk"]) if row is not None else None
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""

@@ -2,7 +2,8 @@
 
 Refuses to boot — non-zero exit, one line saying why — when the queue DB or
 the queue type is not configured, the surface is unknown, the surface needs a
-client DB and ``CLIENT_DB_URL`` is unset, or that credential can write.
+client DB and ``CLIENT_DB_URL`` is unset, that credential can write, or the queue
+DB is reached through transaction pooling (LISTEN would never hear a notify).
 SIGTERM/SIGINT stop it gracefully (exit 0); a second signal skips the grace.
 """
 
@@ -15,6 +16,7 @@ from contextlib import AsyncExitStack
 import trio
 
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
+from dataplane.db.session import require_session_pooling
 from dataplane.errors import ConfigError, DatabaseUnavailable
 from dataplane.observability.otel import prometheus_text, setup_telemetry
 from dataplane.queue import QueueClient
@@ -34,9 +36,7 @@ BOOT_CONNECT_DELAY = 2.0  # seconds between them
 
 async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None = None) -> int:
     """Boot checks, telemetry, then the worker until a signal stops it."""
-    surface, queue_type = surface_for_queue_type(
-        config.worker.queue_type, probe_enabled=config.surfaces.probe_enabled
-    )
+    surface, queue_type = surface_for_queue_type(config.worker.queue_type, config.surfaces)
     telemetry = setup_telemetry(
         "dataplane-worker", attributes={"dataplane.surface": queue_type.surface}
     )
@@ -62,6 +62,7 @@ async def _serve_worker(
         await stack.enter_async_context(open_bridge())
         queue_db = await stack.enter_async_context(open_database(queue_cfg))
         await _wait_reachable(queue_db)
+        await require_session_pooling(queue_cfg)  # LISTEN works: no transaction pooling
         client_db = None
         if surface.needs_client_db:
             assert config.client_db_url is not None

@@ -1,8 +1,15 @@
 """The worker's boot proof that its client-DB credential cannot write.
 
-The credential it holds for the client DB must not be able to write anything it
-can see: no INSERT, UPDATE, DELETE or TRUNCATE on any table, no CREATE on any
-schema or on the database, not a superuser. The worker refuses to boot otherwise.
+The credential it holds for the client DB must not be able to write anything, by
+any route Postgres offers: not as the login role, not as any role it is a member of
+(with or without ``INHERIT``, so not after ``SET ROLE`` either), not through a
+``SECURITY DEFINER`` function it can call whose owner can write. For each of those
+roles the statement ``ro_write_privileges`` looks at role attributes (superuser,
+``CREATEDB``, ``CREATEROLE``, ``REPLICATION``, ``BYPASSRLS``), write-capable
+predefined roles, ``CREATE``/``TEMPORARY`` on the database, ``CREATE`` on schemas,
+table, column and sequence privileges, and ownership of anything in the database.
+It answers one row per hole, the gravest first; the worker refuses to boot naming
+the first.
 """
 
 from __future__ import annotations
@@ -12,11 +19,17 @@ from dataplane.errors import ConfigError
 
 
 async def prove_read_only(db: Database) -> None:
-    """Raise :class:`ConfigError` listing what the credential could write."""
+    """Raise :class:`ConfigError` naming the first way the credential could write.
+
+    One query on ``db`` (under its call timeout); database errors propagate.
+    """
     rows = await db.fetchall(q("ro_write_privileges"))
     if rows:
-        shown = ", ".join(f"{r['kind']} {r['name']}" for r in rows[:5])
-        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        first = rows[0]
+        hole = f"{first['kind']} {first['name']}"
+        if first["detail"]:
+            hole += f" {first['detail']}"
+        more = f", and {len(rows) - 1} more" if len(rows) > 1 else ""
         raise ConfigError(
-            f"CLIENT_DB_URL can write ({shown}{more}); the worker needs a read-only credential"
+            f"CLIENT_DB_URL can write ({hole}{more}); the worker needs a read-only credential"
         )

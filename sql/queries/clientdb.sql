@@ -1,47 +1,122 @@
--- Statements about client databases (dataplane/clientdb.py).
+-- Statements about client databases: the read-only proof (dataplane/worker/readonly.py)
+-- and creating a database (dataplane/db/admin.py).
 
 -- name: ro_write_privileges
--- Everything the current role could write or create; no rows = read-only.
-SELECT 'superuser' AS kind, current_user::text AS name
-FROM pg_roles WHERE rolname = current_user AND rolsuper
+-- Every way the credential could write, first hole first; no rows = read-only.
+-- Roles: the login role and every role it is a member of, directly or not, with or
+-- without INHERIT (so every role it may SET ROLE to), plus, transitively, the owners
+-- of the SECURITY DEFINER functions those can execute. A hole of such a role: an
+-- attribute (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS), a write-capable
+-- predefined role, CREATE or TEMPORARY on the database, CREATE on a schema, a table
+-- write privilege (INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER, MAINTAIN on 17+), a
+-- column INSERT/UPDATE grant, USAGE or UPDATE on a sequence (nextval), or owning
+-- anything in this database (an owner may DROP or re-GRANT). Reported: the holes of
+-- the roles it can be, and each SECURITY DEFINER function it can call (EXECUTE, and
+-- USAGE on its schema) whose owner can write, directly or through further such functions
+-- (owning functions does not count there: every such owner owns one).
+WITH RECURSIVE
+me AS (
+    SELECT r.oid, r.rolname::text AS rolname
+    FROM pg_roles r
+    WHERE pg_has_role(current_user, r.oid, 'MEMBER')
+),
+reach(oid) AS (
+    SELECT oid FROM me
+    UNION
+    SELECT p.proowner
+    FROM reach JOIN pg_proc p ON p.prosecdef
+    WHERE has_function_privilege(reach.oid, p.oid, 'EXECUTE')
+      AND has_schema_privilege(reach.oid, p.pronamespace, 'USAGE')
+),
+role AS (
+    SELECT r.oid, r.rolname::text AS rolname, r.rolsuper, r.rolcreatedb, r.rolcreaterole,
+           r.rolreplication, r.rolbypassrls
+    FROM pg_roles r JOIN reach USING (oid)
+),
+rel AS (
+    SELECT c.oid, c.relkind, n.nspname::text || '.' || c.relname::text AS name
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+      AND c.oid <> 'pg_catalog.pg_settings'::regclass  -- UPDATE on it is SET, for everyone
+      AND n.nspname NOT LIKE 'pg\_toast%'
+      AND n.nspname NOT LIKE 'pg\_temp\_%'
+),
+hole(role_oid, rank, kind, name, owned_class) AS (
+    SELECT oid, 1, 'attribute', 'SUPERUSER', NULL::oid FROM role WHERE rolsuper
+    UNION ALL SELECT oid, 2, 'attribute', 'CREATEROLE', NULL FROM role WHERE rolcreaterole
+    UNION ALL SELECT oid, 2, 'attribute', 'CREATEDB', NULL FROM role WHERE rolcreatedb
+    UNION ALL SELECT oid, 2, 'attribute', 'REPLICATION', NULL FROM role WHERE rolreplication
+    UNION ALL SELECT oid, 2, 'attribute', 'BYPASSRLS', NULL FROM role WHERE rolbypassrls
+    UNION ALL
+    SELECT role.oid, 3, 'predefined role', g.rolname::text, NULL
+    FROM role JOIN pg_roles g ON g.rolname IN ('pg_write_all_data', 'pg_write_server_files',
+        'pg_execute_server_program', 'pg_create_subscription', 'pg_maintain')
+    WHERE pg_has_role(role.oid, g.oid, 'MEMBER')
+    UNION ALL
+    SELECT role.oid, 4, 'database ' || priv, current_database()::text, NULL
+    FROM role CROSS JOIN (VALUES ('CREATE'), ('TEMPORARY')) AS p(priv)
+    WHERE has_database_privilege(role.oid, current_database(), priv)
+    UNION ALL
+    SELECT role.oid, 4, 'owns', 'database ' || d.datname::text, NULL
+    FROM role JOIN pg_database d ON d.datdba = role.oid AND d.datname = current_database()
+    UNION ALL
+    SELECT role.oid, 5, 'schema CREATE', n.nspname::text, NULL
+    FROM role CROSS JOIN pg_namespace n
+    WHERE n.nspname NOT LIKE 'pg\_toast%'
+      AND n.nspname NOT LIKE 'pg\_temp\_%'
+      AND has_schema_privilege(role.oid, n.oid, 'CREATE')
+    UNION ALL
+    SELECT role.oid, 6, 'owns', pg_describe_object(d.classid, d.objid, 0), d.classid
+    FROM role JOIN pg_shdepend d ON d.refclassid = 'pg_authid'::regclass
+        AND d.refobjid = role.oid AND d.deptype = 'o'
+        AND d.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+    UNION ALL
+    SELECT role.oid, 7, 'table', rel.name, NULL
+    FROM role CROSS JOIN rel
+    WHERE rel.relkind <> 'S'
+      AND (has_table_privilege(role.oid, rel.oid, 'INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER')
+           OR CASE WHEN current_setting('server_version_num')::int >= 170000
+                   THEN has_table_privilege(role.oid, rel.oid, 'MAINTAIN') ELSE false END)
+    UNION ALL
+    SELECT role.oid, 8, 'column', rel.name || '.' || a.attname::text, NULL
+    FROM role CROSS JOIN rel JOIN pg_attribute a ON a.attrelid = rel.oid
+    WHERE rel.relkind <> 'S' AND a.attnum > 0 AND NOT a.attisdropped
+      AND NOT has_table_privilege(role.oid, rel.oid, 'INSERT, UPDATE')
+      AND has_column_privilege(role.oid, rel.oid, a.attnum, 'INSERT, UPDATE')
+    UNION ALL
+    SELECT role.oid, 9, 'sequence', rel.name, NULL
+    FROM role CROSS JOIN rel
+    WHERE rel.relkind = 'S' AND has_sequence_privilege(role.oid, rel.oid, 'USAGE, UPDATE')
+),
+writer(oid) AS (
+    SELECT role_oid FROM hole WHERE owned_class IS DISTINCT FROM 'pg_proc'::regclass
+    UNION
+    SELECT r.oid
+    FROM writer w
+    JOIN pg_proc g ON g.prosecdef AND g.proowner = w.oid
+    JOIN reach r ON has_function_privilege(r.oid, g.oid, 'EXECUTE')
+        AND has_schema_privilege(r.oid, g.pronamespace, 'USAGE')
+)
+SELECT h.rank, h.kind, h.name,
+       CASE WHEN m.rolname <> current_user THEN 'as role ' || m.rolname END AS detail
+FROM hole h JOIN me m ON m.oid = h.role_oid
 UNION ALL
-SELECT 'database', current_database()::text
-WHERE has_database_privilege(current_database(), 'CREATE')
-UNION ALL
-SELECT 'schema', n.nspname::text
-FROM pg_namespace n
-WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
-  AND n.nspname NOT LIKE 'pg\_toast%'
-  AND n.nspname NOT LIKE 'pg\_temp\_%'
-  AND has_schema_privilege(n.oid, 'CREATE')
-UNION ALL
-SELECT 'table', n.nspname || '.' || c.relname
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-  AND n.nspname NOT LIKE 'pg\_toast%'
-  AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')
-       OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE'))
-ORDER BY 1, 2;
+SELECT 10, 'SECURITY DEFINER function',
+       n.nspname::text || '.' || p.proname::text
+           || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+       'runs as ' || pg_get_userbyid(p.proowner)::text || ', who can write'
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE p.prosecdef
+  AND p.proowner IN (SELECT oid FROM writer)
+  AND EXISTS (SELECT 1 FROM me WHERE has_function_privilege(me.oid, p.oid, 'EXECUTE')
+                                  AND has_schema_privilege(me.oid, p.pronamespace, 'USAGE'))
+ORDER BY rank, detail NULLS FIRST, name;
 
--- name: demo_db_exists
--- Whether a database exists (run on the admin connection).
+-- name: database_exists
+-- Whether a database exists (run on an admin connection).
 SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;
 
--- name: demo_db_create
+-- name: database_create
 -- Create a database ({name} is an Identifier).
 CREATE DATABASE {name};
-
--- name: demo_db_seeded
--- Whether the demo data set is complete (the role file runs last).
-SELECT 1 AS found FROM pg_roles WHERE rolname = 'dataplane_ro'
-  AND EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = 'lms' AND tablename = 'invoice_lines')
-  AND EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = 'public' AND tablename = 'dataplane_demo_seeded');
-
--- name: demo_db_mark_seeded
--- Record that every seed file ran.
-CREATE TABLE IF NOT EXISTS public.dataplane_demo_seeded (seeded_at timestamptz NOT NULL DEFAULT now());
-
--- name: demo_role_password
--- Set the read-only role's password ({password} is a Literal).
-ALTER ROLE dataplane_ro PASSWORD {password};

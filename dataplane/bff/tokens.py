@@ -1,0 +1,106 @@
+"""The signed tokens of stream, poll and blob URLs.
+
+EventSource cannot send headers, so ``streamUrl``/``pollUrl``/blob URLs carry a
+short-lived HMAC-SHA256-signed token bound to one job id and to the caller's
+surface, client, scope key and tier, signed with a key of the BFF's
+(``DATAPLANE_STREAM_SECRET``, else derived from the JWT secret). They are not JWTs:
+a fixed format is cheaper to mint and check on every request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+
+from dataplane.bff.auth import LEEWAY_SECONDS, MAX_TOKEN_BYTES, AuthError
+from dataplane.errors import ConfigError, InvalidArgument
+
+STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid
+STREAM_AUDIENCE = "dataplane-stream"
+STREAM_TOKEN_VERSION = "s2"  # s2: bound to the tier as well
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGrant:
+    job_id: str
+    surface: str
+    client: str
+    scope_key: str
+    coalesced: bool
+    tier: str = ""  # the BFF's queue suffix: a live token never reads a dev job
+
+
+class StreamTokens:
+    """Sign and check the job-bound tokens carried in stream/poll/blob URLs."""
+
+    def __init__(self, key: bytes, *, ttl: int = STREAM_TOKEN_TTL) -> None:
+        if len(key) < 32:
+            raise ConfigError("the stream-token key must be at least 32 bytes")
+        self._key = key
+        self.ttl = ttl
+
+    @classmethod
+    def from_settings(cls, stream_secret: str | None, jwt_secret: str | None) -> StreamTokens:
+        if stream_secret:
+            return cls(hashlib.sha256(b"dataplane-stream|" + stream_secret.encode()).digest())
+        if jwt_secret:
+            return cls(hashlib.sha256(b"dataplane-stream|" + jwt_secret.encode()).digest())
+        # A public-key deployment without a stream secret: tokens are per process.
+        return cls(secrets.token_bytes(32))
+
+    def mint(self, grant: StreamGrant) -> str:
+        """``base64url(fields) . base64url(HMAC-SHA256)`` — compact and cheap to check."""
+        expires = int(time.time()) + self.ttl
+        fields = [
+            STREAM_TOKEN_VERSION,
+            grant.job_id,
+            grant.surface,
+            grant.client,
+            grant.scope_key,
+            "1" if grant.coalesced else "0",
+            grant.tier,
+            str(expires),
+        ]
+        if any("|" in f for f in fields):
+            raise InvalidArgument("stream token fields may not contain '|'")
+        body = "|".join(fields).encode()
+        return _b64(body) + "." + _b64(self._sign(body))
+
+    def check(self, token: str) -> StreamGrant:
+        if not token or len(token) > MAX_TOKEN_BYTES:
+            raise AuthError("missing or oversized stream token")
+        head, _, sig = token.partition(".")
+        try:
+            body, mac = _unb64(head), _unb64(sig)
+        except ValueError:
+            raise AuthError("invalid stream token: not base64url") from None
+        if not hmac.compare_digest(mac, self._sign(body)):
+            raise AuthError("invalid stream token: bad signature")
+        parts = body.decode("utf-8", "replace").split("|")
+        if len(parts) != 8 or parts[0] != STREAM_TOKEN_VERSION:
+            raise AuthError("invalid stream token: unknown format")
+        _v, job_id, surface, client, scope, coalesced, tier, expires = parts
+        try:
+            expired = int(expires) + LEEWAY_SECONDS < time.time()
+        except ValueError:
+            raise AuthError("invalid stream token: bad expiry") from None
+        if expired:
+            raise AuthError("stream token expired")
+        return StreamGrant(job_id, surface, client, scope, coalesced == "1", tier)
+
+    def _sign(self, body: bytes) -> bytes:
+        return hmac.new(self._key, STREAM_AUDIENCE.encode() + b"|" + body, hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    if not text or not all(c.isalnum() or c in "-_" for c in text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

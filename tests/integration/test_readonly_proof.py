@@ -1,0 +1,363 @@
+"""The worker's read-only proof against real roles: every way a credential can write.
+
+Each case creates a login role in the demo client DB that is read-only (``USAGE`` on
+``lms``, ``SELECT`` on its tables, like ``dataplane_ro``), proves that it passes,
+adds exactly one hole, shows that the hole really writes, and proves that
+:func:`prove_read_only` now refuses it, naming the hole. Roles and the case's own
+schema are dropped afterwards; ``dataplane_ro`` is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from dataplane.db import DatabaseConfig, open_database, with_params
+from dataplane.errors import ConfigError
+from dataplane.worker.readonly import prove_read_only
+from tests.conftest import admin_execute
+
+
+@dataclass(frozen=True)
+class Hole:
+    id: str
+    grant: tuple[str, ...]  # run as the superuser; {role} {writer} {schema} {db} {tag}
+    named: str  # what the refusal must name
+    writes: tuple[str, ...] = ()  # run as {role}: proof that the hole writes
+    min_version: int = 0  # server_version_num
+
+
+HOLES = [
+    Hole(
+        "column-update",
+        ("GRANT UPDATE (email) ON lms.users TO {role}",),
+        "column lms.users.email",
+        ("UPDATE lms.users SET email = email WHERE id = (SELECT min(id) FROM lms.users)",),
+    ),
+    Hole(
+        "column-insert",
+        ("GRANT INSERT (id, name, created_at) ON lms.clients TO {role}",),
+        "column lms.clients.created_at",
+        ("INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",),
+    ),
+    Hole(
+        "member-noinherit",
+        ("ALTER ROLE {role} NOINHERIT", "GRANT {writer} TO {role}"),
+        "table lms.clients as role {writer}",
+        (
+            "SET ROLE {writer}",
+            "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
+        ),
+    ),
+    Hole(
+        "member-inherit-false",
+        ("GRANT {writer} TO {role} WITH INHERIT FALSE, SET TRUE",),
+        "table lms.clients as role {writer}",
+        (
+            "SET ROLE {writer}",
+            "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
+        ),
+        min_version=160000,
+    ),
+    Hole(
+        "member-nested",
+        (
+            "CREATE ROLE {role}_mid NOINHERIT",
+            "GRANT {writer} TO {role}_mid",
+            "GRANT {role}_mid TO {role}",
+        ),
+        "table lms.clients as role {writer}",
+        (
+            "SET ROLE {writer}",
+            "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
+        ),
+    ),
+    Hole(
+        "security-definer-superuser-owner",
+        (
+            "CREATE FUNCTION {schema}.scribble() RETURNS void LANGUAGE sql SECURITY DEFINER"
+            " AS $$ INSERT INTO {schema}.scratch VALUES (1) $$",
+            "REVOKE EXECUTE ON FUNCTION {schema}.scribble() FROM PUBLIC",
+            "GRANT EXECUTE ON FUNCTION {schema}.scribble() TO {role}",
+        ),
+        "SECURITY DEFINER function {schema}.scribble() runs as postgres",
+        ("SELECT {schema}.scribble()",),
+    ),
+    Hole(
+        "security-definer-writer-owner",
+        (
+            "GRANT USAGE ON SCHEMA {schema} TO {writer}",
+            "GRANT INSERT ON {schema}.scratch TO {writer}",
+            "CREATE FUNCTION {schema}.scribble() RETURNS void LANGUAGE sql SECURITY DEFINER"
+            " AS $$ INSERT INTO {schema}.scratch VALUES (1) $$",
+            "ALTER FUNCTION {schema}.scribble() OWNER TO {writer}",
+            "REVOKE EXECUTE ON FUNCTION {schema}.scribble() FROM PUBLIC",
+            "GRANT EXECUTE ON FUNCTION {schema}.scribble() TO {role}",
+        ),
+        "SECURITY DEFINER function {schema}.scribble() runs as {writer}",
+        ("SELECT {schema}.scribble()",),
+    ),
+    Hole(
+        "sequence-update",
+        ("GRANT UPDATE ON SEQUENCE {schema}.counter TO {role}",),
+        "sequence {schema}.counter",
+        ("SELECT setval('{schema}.counter', 42)",),
+    ),
+    Hole(
+        "sequence-usage",
+        ("GRANT USAGE ON SEQUENCE {schema}.counter TO {role}",),
+        "sequence {schema}.counter",
+        ("SELECT nextval('{schema}.counter')",),
+    ),
+    Hole(
+        "createdb",
+        ("ALTER ROLE {role} CREATEDB",),
+        "attribute CREATEDB",
+        ("CREATE DATABASE {role}_db", "DROP DATABASE {role}_db"),
+    ),
+    Hole(
+        "createrole",
+        ("ALTER ROLE {role} CREATEROLE",),
+        "attribute CREATEROLE",
+        ("CREATE ROLE {role}_made", "DROP ROLE {role}_made"),
+    ),
+    Hole("replication", ("ALTER ROLE {role} REPLICATION",), "attribute REPLICATION"),
+    Hole("bypassrls", ("ALTER ROLE {role} BYPASSRLS",), "attribute BYPASSRLS"),
+    Hole("superuser", ("ALTER ROLE {role} SUPERUSER",), "attribute SUPERUSER"),
+    Hole(
+        "database-temporary",
+        ('GRANT TEMPORARY ON DATABASE "{db}" TO {role}',),
+        "database TEMPORARY",
+        ("CREATE TEMP TABLE evil (x int)", "INSERT INTO evil VALUES (1)"),
+    ),
+    Hole(
+        "database-create",
+        ('GRANT CREATE ON DATABASE "{db}" TO {role}',),
+        "database CREATE",
+        ("CREATE SCHEMA {role}_evil", "DROP SCHEMA {role}_evil"),
+    ),
+    Hole(
+        "schema-create",
+        ("GRANT CREATE ON SCHEMA {schema} TO {role}",),
+        "schema CREATE {schema}",
+        ("CREATE TABLE {schema}.evil (x int)", "INSERT INTO {schema}.evil VALUES (1)"),
+    ),
+    Hole(
+        "table-insert",
+        ("GRANT INSERT ON lms.clients TO {role}",),
+        "table lms.clients",
+        ("INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",),
+    ),
+    Hole(
+        "owner-without-privileges",
+        (
+            "CREATE TABLE {schema}.owned (x int)",
+            "ALTER TABLE {schema}.owned OWNER TO {role}",
+            "REVOKE ALL ON {schema}.owned FROM {role}",
+        ),
+        "owns table {schema}.owned",
+        ("GRANT INSERT ON {schema}.owned TO {role}", "INSERT INTO {schema}.owned VALUES (1)"),
+    ),
+    Hole(
+        "predefined-write-all-data",
+        ("GRANT pg_write_all_data TO {role} WITH INHERIT FALSE",),
+        "predefined role pg_write_all_data",
+        (
+            "SET ROLE pg_write_all_data",
+            "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
+        ),
+        min_version=160000,
+    ),
+    Hole(
+        "predefined-write-server-files",
+        ("GRANT pg_write_server_files TO {role}",),
+        "predefined role pg_write_server_files",
+    ),
+    Hole(
+        "table-maintain",
+        ("GRANT MAINTAIN ON lms.clients TO {role}",),
+        "table lms.clients",
+        ("LOCK TABLE lms.clients IN ACCESS EXCLUSIVE MODE",),
+        min_version=170000,
+    ),
+]
+
+
+@dataclass
+class Case:
+    """The names one case uses, and the statements that make and unmake them."""
+
+    admin_dsn: str  # superuser, on the demo DB
+    db: str
+    role: str
+    writer: str
+    schema: str
+    tag: str
+
+    @property
+    def dsn(self) -> str:
+        return with_params(self.admin_dsn, user=self.role, password=self.role)
+
+    def fill(self, statement: str) -> str:
+        return statement.format(
+            role=self.role, writer=self.writer, schema=self.schema, db=self.db, tag=self.tag
+        )
+
+    def admin(self, *statements: str) -> None:
+        admin_execute(self.admin_dsn, *(self.fill(s) for s in statements))
+
+    def as_role(self, *statements: str) -> None:
+        """Run ``statements`` as the case's role in one transaction, rolled back
+        (statements that cannot run in a transaction run in autocommit)."""
+        autocommit = any(s.split()[0] in ("CREATE", "DROP") and "DATABASE" in s for s in statements)
+        with psycopg.connect(self.dsn, autocommit=autocommit) as conn:
+            for statement in statements:
+                conn.execute(self.fill(statement))  # type: ignore[call-overload]
+            if not autocommit:
+                conn.rollback()
+
+
+@pytest.fixture
+def case(demo_db: tuple[str, str]) -> Iterator[Case]:
+    admin_dsn = demo_db[0]
+    db = conninfo_to_dict(admin_dsn)["dbname"]
+    tag = uuid.uuid4().hex[:10]
+    c = Case(admin_dsn, str(db), f"ro_hole_{tag}", f"ro_writer_{tag}", f"ro_holes_{tag}", tag)
+    c.admin(
+        # the case's role: read-only like dataplane_ro, with a password to log in
+        "CREATE ROLE {role} LOGIN PASSWORD '{role}'",
+        "GRANT USAGE ON SCHEMA lms TO {role}",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA lms TO {role}",
+        'REVOKE TEMPORARY ON DATABASE "{db}" FROM {role}',
+        # a role that can write
+        "CREATE ROLE {writer} NOLOGIN",
+        "GRANT USAGE ON SCHEMA lms TO {writer}",
+        "GRANT INSERT ON lms.clients TO {writer}",
+        # the case's own schema, readable by the role: a table and a sequence
+        "CREATE SCHEMA {schema}",
+        "CREATE TABLE {schema}.scratch (x int)",
+        "CREATE SEQUENCE {schema}.counter",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT ON {schema}.scratch, {schema}.counter TO {role}",
+    )
+    try:
+        yield c
+    finally:
+        c.admin(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE",
+            "DELETE FROM lms.clients WHERE id = '{tag}'",
+        )
+        for who in (c.role, f"{c.role}_mid", f"{c.role}_made", c.writer):
+            c.admin(
+                f"DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{who}') THEN "
+                f"EXECUTE 'DROP OWNED BY {who}'; EXECUTE 'DROP ROLE {who}'; END IF; END $$"
+            )
+
+
+async def _prove(dsn: str, bridge: Any) -> None:
+    config = DatabaseConfig(dsn, pool_size=1, read_only=True)
+    async with open_database(config, loop=bridge) as db:
+        await prove_read_only(db)
+
+
+def _server_version(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.info.server_version
+
+
+async def test_the_demo_read_only_role_passes(demo_db: tuple[str, str], bridge: Any) -> None:
+    await _prove(demo_db[1], bridge)
+
+
+async def test_a_superuser_is_refused(demo_db: tuple[str, str], bridge: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^CLIENT_DB_URL can write \(attribute SUPERUSER"):
+        await _prove(demo_db[0], bridge)
+
+
+@pytest.mark.parametrize("hole", HOLES, ids=[h.id for h in HOLES])
+async def test_every_hole_is_refused_by_name(hole: Hole, case: Case, bridge: Any) -> None:
+    if _server_version(case.admin_dsn) < hole.min_version:
+        pytest.skip(f"needs server_version_num >= {hole.min_version}")
+    await _prove(case.dsn, bridge)  # read-only as made
+    case.admin(*hole.grant)
+    if hole.writes:
+        case.as_role(*hole.writes)  # the hole is real: this wrote
+    with pytest.raises(ConfigError) as refused:
+        await _prove(case.dsn, bridge)
+    message = str(refused.value)
+    assert message.startswith(f"CLIENT_DB_URL can write ({case.fill(hole.named)}"), message
+    assert "\n" not in message
+
+
+async def test_a_security_definer_function_of_a_read_only_owner_is_fine(
+    case: Case, bridge: Any
+) -> None:
+    case.admin(
+        "CREATE ROLE {role}_mid NOLOGIN",  # read-only: SELECT on the scratch table only
+        "GRANT USAGE ON SCHEMA {schema} TO {role}_mid",
+        "GRANT SELECT ON {schema}.scratch TO {role}_mid",
+        "CREATE FUNCTION {schema}.peek() RETURNS bigint LANGUAGE sql SECURITY DEFINER"
+        " AS $$ SELECT count(*) FROM {schema}.scratch $$",
+        "ALTER FUNCTION {schema}.peek() OWNER TO {role}_mid",
+        "REVOKE CREATE ON SCHEMA {schema} FROM {role}_mid",
+    )
+    # The owner owns its function (it could drop it), but the caller cannot become it.
+    await _prove(case.dsn, bridge)
+
+
+async def test_a_writer_behind_two_security_definer_functions_is_found(
+    case: Case, bridge: Any
+) -> None:
+    case.admin(
+        # {role}_mid cannot write by itself, but it can call the writer's function.
+        "CREATE ROLE {role}_mid NOLOGIN",
+        "GRANT USAGE ON SCHEMA {schema} TO {writer}, {role}_mid",
+        "GRANT INSERT ON {schema}.scratch TO {writer}",
+        "CREATE FUNCTION {schema}.inner_write() RETURNS void LANGUAGE sql SECURITY DEFINER"
+        " AS $$ INSERT INTO {schema}.scratch VALUES (2) $$",
+        "ALTER FUNCTION {schema}.inner_write() OWNER TO {writer}",
+        "REVOKE EXECUTE ON FUNCTION {schema}.inner_write() FROM PUBLIC",
+        "GRANT EXECUTE ON FUNCTION {schema}.inner_write() TO {role}_mid",
+        "CREATE FUNCTION {schema}.outer_call() RETURNS void LANGUAGE sql SECURITY DEFINER"
+        " AS $$ SELECT {schema}.inner_write() $$",
+        "ALTER FUNCTION {schema}.outer_call() OWNER TO {role}_mid",
+        "REVOKE EXECUTE ON FUNCTION {schema}.outer_call() FROM PUBLIC",
+        "GRANT EXECUTE ON FUNCTION {schema}.outer_call() TO {role}",
+    )
+    case.as_role("SELECT {schema}.outer_call()")
+    with pytest.raises(ConfigError) as refused:
+        await _prove(case.dsn, bridge)
+    assert f"SECURITY DEFINER function {case.schema}.outer_call()" in str(refused.value)
+
+
+def test_the_worker_process_refuses_a_column_grant_with_one_line(
+    case: Case, queue_dsn: str
+) -> None:
+    case.admin("GRANT UPDATE (email) ON lms.users TO {role}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    env.update(
+        MAESTRO_QUEUES_URL=queue_dsn, SURFACE_QUEUE_TYPE="surface-users", CLIENT_DB_URL=case.dsn
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "dataplane", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        "dataplane worker: CLIENT_DB_URL can write (column lms.users.email); "
+        "the worker needs a read-only credential"
+    ], result.stderr
