@@ -277,17 +277,7 @@ class QueueClient:
 
     async def get_blob(self, job_id: uuid.UUID | str) -> StoredBlob | None:
         row = await self.db.fetchone(q("blob_get"), {"job_id": job_uuid(job_id)})
-        if row is None:
-            return None
-        return StoredBlob(
-            id=row["id"],
-            job_id=row["job_id"],
-            content_type=row["content_type"],
-            data=bytes(row["data"]),
-            size=row["size"],
-            created_at=row["created_at"],
-            expires_at=row["expires_at"],
-        )
+        return _stored_blob(row, bytes(row["data"])) if row is not None else None
 
     async def invalidate(self, *tags: str) -> None:
         """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""
@@ -323,17 +313,7 @@ class QueueClient:
         """The newest unexpired blob of a job *without its bytes* (``data`` is empty):
         read them with :meth:`get_blob_chunk`, a bounded slice at a time."""
         row = await self.db.fetchone(q("blob_head"), {"job_id": job_uuid(job_id)})
-        if row is None:
-            return None
-        return StoredBlob(
-            id=row["id"],
-            job_id=row["job_id"],
-            content_type=row["content_type"],
-            data=b"",
-            size=row["size"],
-            created_at=row["created_at"],
-            expires_at=row["expires_at"],
-        )
+        return _stored_blob(row, b"") if row is not None else None
 
     async def get_blob_chunk(self, blob_id: uuid.UUID, offset: int, length: int) -> bytes | None:
         """``length`` bytes of a blob from byte ``offset``; None once it expired or is gone."""
@@ -355,6 +335,18 @@ class QueueClient:
                 f"Postgres allows at most {MAX_NOTIFY_PAYLOAD}"
             )
         await self.db.execute(q("notify_send"), {"channel": channel, "payload": payload})
+
+
+def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:
+    return StoredBlob(
+        id=row["id"],
+        job_id=row["job_id"],
+        content_type=row["content_type"],
+        data=data,
+        size=row["size"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+    )
 
 
 def _claimed(row: DictRow, worker_id: str) -> ClaimedJob:
