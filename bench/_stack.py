@@ -93,6 +93,12 @@ async def empty_queue(dsn: str) -> None:
 # -- Hypercorn ---------------------------------------------------------------------
 
 
+#: Hypercorn's default keep-alive timeout (5 s) also closes a kept-alive connection
+#: whose next request the loop has not read within 5 s of the last response: under a
+#: burst of hundreds of connections that drops requests. The README recommends 75 s.
+BFF_OPTIONS = ("--keep-alive", "75")
+
+
 def hypercorn_argv(port: int, app: str, *options: str) -> list[str]:
     return [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"{HOST}:{port}", *options, app]
 
@@ -154,8 +160,11 @@ async def start_bff(
     port: int | None = None,
     within: float = 30.0,
 ) -> Hypercorn:
-    """A BFF (``dataplane.app:app``), ready once ``/readyz`` answers."""
-    return await start_hypercorn(kids, name, "dataplane.app:app", env, port=port, within=within)
+    """A BFF (``dataplane.app:app``), ready once ``/readyz`` answers, with the keep-alive
+    timeout the README recommends (:data:`BFF_OPTIONS`)."""
+    return await start_hypercorn(
+        kids, name, "dataplane.app:app", env, port=port, within=within, options=BFF_OPTIONS
+    )
 
 
 async def start_hello(kids: Children, tmp: Path) -> Hypercorn:

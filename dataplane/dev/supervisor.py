@@ -250,7 +250,18 @@ def _children(
     children = [
         Child(
             "bff",
-            [py, "-m", "hypercorn", "-k", "trio", "-b", f"127.0.0.1:{port}", "dataplane.app:app"],
+            [
+                py,
+                "-m",
+                "hypercorn",
+                "-k",
+                "trio",
+                "-b",
+                f"127.0.0.1:{port}",
+                "--keep-alive",
+                "75",
+                "dataplane.app:app",
+            ],
             common,
         )
     ]
