@@ -1,0 +1,161 @@
+"""Child processes of ``dataplane dev``: started, supervised, stopped, never orphaned.
+
+:func:`supervise` runs one :class:`Child` until cancelled, restarting it with
+backoff when it dies (a child that ran :data:`STABLE_AFTER` resets its backoff);
+cancellation stops it (SIGTERM, then SIGKILL after :data:`CHILD_STOP_GRACE`).
+Each child is started with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux), from the main
+thread (the death signal follows the thread that forked), so it stops on its own
+if ``dataplane dev`` dies uncleanly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import trio
+
+log = logging.getLogger("dataplane.dev")
+
+CHILD_STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for a child
+RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before restarting a dead child
+STABLE_AFTER = 30.0  # a child that ran this long resets its backoff
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@dataclass
+class Child:
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    restarts: int = 0
+    pid: int | None = field(default=None)
+
+
+def _prctl() -> object | None:
+    """libc's prctl, looked up once in the parent (the child only calls it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    return libc.prctl
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In the child, before exec: SIGTERM me when my parent's spawning thread dies.
+
+    The kernel ties the signal to the *thread* that forked, so children are spawned
+    from the main thread (:meth:`ChildProcess.spawn`), never from a worker thread
+    that may exit while they run. A parent already gone before the call: exit now.
+    """
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # type: ignore[operator]
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+class ChildProcess:
+    """A child spawned from the main thread with :func:`_die_with_parent`.
+
+    ``trio.lowlevel.open_process`` forks from a worker thread of Trio's cache, which
+    exits when idle: ``PR_SET_PDEATHSIG`` would then fire seconds after the spawn.
+    Forking here blocks the loop for the few milliseconds of fork and exec.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], env: Mapping[str, str], out: IO[bytes]) -> ChildProcess:
+        parent = os.getpid()
+        return cls(
+            subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the supervisor, which stops children
+                preexec_fn=lambda: _die_with_parent(parent),
+            )
+        )
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def wait(self) -> int:
+        """Block until the child exits (a pidfd where there is one); reap it."""
+        if self.popen.poll() is None:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfd: a thread waits instead
+                return await trio.to_thread.run_sync(self.popen.wait, abandon_on_cancel=True)
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            finally:
+                os.close(fd)
+        return self.popen.wait()
+
+    def terminate(self) -> None:
+        self.popen.terminate()
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+
+async def _stop_child(process: ChildProcess) -> None:
+    """Cancel delivery: SIGTERM, a short grace, then SIGKILL (and reap)."""
+    try:
+        process.terminate()
+        with trio.move_on_after(CHILD_STOP_GRACE):
+            await process.wait()
+            return
+        process.kill()
+        await process.wait()
+    except ProcessLookupError:
+        pass
+
+
+async def supervise(child: Child, log_dir: Path) -> None:
+    """Run ``child`` forever: restart it with backoff when it exits."""
+    failures = 0
+    while True:
+        log_path = log_dir / f"{child.name}.log"
+        started = trio.current_time()
+        async with await trio.open_file(log_path, "ab") as out:
+            process = ChildProcess.spawn(child.argv, {**os.environ, **child.env}, out.wrapped)
+            child.pid = process.pid
+            try:
+                code = await process.wait()
+            finally:
+                if process.returncode is None:
+                    with trio.CancelScope(shield=True):
+                        await _stop_child(process)
+        if trio.current_time() - started > STABLE_AFTER:
+            failures = 0
+        delay = RESTART_BACKOFF[min(failures, len(RESTART_BACKOFF) - 1)]
+        failures += 1
+        child.restarts += 1
+        log.warning(
+            "%s exited with status %s; restarting in %gs (log: %s)",
+            child.name,
+            code,
+            delay,
+            log_path,
+        )
+        await trio.sleep(delay)
