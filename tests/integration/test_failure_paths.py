@@ -7,8 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
-from typing import Any
 
 import psycopg
 import trio
@@ -19,28 +17,9 @@ from dataplane.envelope import Auth
 from dataplane.queue import QueueClient, done_channel
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.reaper import RetentionConfig
-from dataplane.surfaces import probe
-from dataplane.worker import Worker, WorkerConfig
 from tests.conftest import wait_until
 from tests.helpers import STAFF, envelope, submit
-
-
-@asynccontextmanager
-async def running(
-    queue: QueueClient, surface: Any, client_db: Database | None = None, **config: Any
-) -> AsyncIterator[Worker]:
-    semantics = {k: config.pop(k) for k in ("lease_seconds", "fail_backoff_seconds") if k in config}
-    cfg = WorkerConfig(
-        queue_type=f"surface-{surface.id}",
-        worker_id=config.pop("worker_id", f"w-{uuid.uuid4().hex[:6]}"),
-        queue=replace(queue.config, **semantics),
-        **config,
-    )
-    worker = Worker(cfg, surface, queue, client_db=client_db)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        yield worker
-        worker.stop(force=True)
+from tests.integration.test_worker import running_worker
 
 
 @asynccontextmanager
@@ -70,7 +49,10 @@ async def test_a_client_db_error_fails_the_attempt_then_poisons(
         listener = db.listener([done_channel("surface-users")])
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
-            async with running(queue, users.SURFACE, client_db, fail_backoff_seconds=0) as worker:
+            async with running_worker(queue, users.SURFACE, client_db, fail_backoff_seconds=0) as (
+                worker,
+                _,
+            ):
                 enq = await submit(queue, "users", "list", {"limit": 5}, max_dequeues=2)
                 with trio.fail_after(10):
                     event = await listener.events.receive()
@@ -112,9 +94,9 @@ async def _done_rows(db: Database) -> int:
 
 async def test_a_worker_that_is_never_idle_still_reaps(queue: QueueClient, db: Database) -> None:
     retention = RetentionConfig(done_seconds=0)
-    async with running(
-        queue, probe.SURFACE, maintenance_seconds=0.2, retention=retention
-    ) as worker:
+    async with running_worker(
+        queue, maintenance_seconds=0.2, retention=retention, shutdown_grace_seconds=0
+    ) as (worker, _):
         for i in range(3):
             await submit(queue, "probe", "echo", {"value": i})
         await wait_until(lambda: worker.statistics().done == 3, within=10)

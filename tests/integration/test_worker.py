@@ -38,7 +38,7 @@ class Reports:
 
 @asynccontextmanager
 async def running_worker(
-    queue: QueueClient, surface: Any = probe.SURFACE, **config: Any
+    queue: QueueClient, surface: Any = probe.SURFACE, client_db: Any = None, **config: Any
 ) -> AsyncIterator[tuple[Worker, Reports]]:
     reports = Reports()
     semantics = {k: config.pop(k) for k in ("lease_seconds", "fail_backoff_seconds") if k in config}
@@ -48,7 +48,7 @@ async def running_worker(
         queue=replace(queue.config, **semantics),
         **config,
     )
-    worker = Worker(cfg, surface, queue, reporter=reports)
+    worker = Worker(cfg, surface, queue, client_db=client_db, reporter=reports)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         yield worker, reports
