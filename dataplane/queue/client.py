@@ -358,6 +358,7 @@ def _claimed(row: DictRow, worker_id: str) -> ClaimedJob:
         dequeue_count=row["dequeue_count"],
         max_dequeues=row["max_dequeues"],
         created_at=row["created_at"],
+        ready_at=row["ready_at"],
         claimed_at=row["claimed_at"],
         lease_expires_at=row["lease_expires_at"],
         worker_id=worker_id,

@@ -69,13 +69,20 @@ class ClaimedJob:
     dequeue_count: int
     max_dequeues: int
     created_at: datetime
+    ready_at: datetime  # when the row last became claimable (enqueue, backoff end, lapse)
     claimed_at: datetime
     lease_expires_at: datetime
     worker_id: str
 
     @property
     def queue_wait_ms(self) -> float:
+        """Since enqueue (retry backoffs and earlier attempts included)."""
         return (self.claimed_at - self.created_at).total_seconds() * 1000.0
+
+    @property
+    def ready_wait_ms(self) -> float:
+        """Since the row became claimable: the wait a worker could have shortened."""
+        return max(0.0, (self.claimed_at - self.ready_at).total_seconds() * 1000.0)
 
     @property
     def last_attempt(self) -> bool:

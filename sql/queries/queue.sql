@@ -107,8 +107,8 @@ WITH RECURSIVE clients(client) AS (
 ), async_commit AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), claimable AS MATERIALIZED (
-    SELECT fifo.id, fifo.spent
-    FROM (SELECT id, dequeue_count >= max_dequeues AS spent
+    SELECT fifo.id, fifo.spent, fifo.ready_at
+    FROM (SELECT id, dequeue_count >= max_dequeues AS spent, available_at AS ready_at
           FROM maestro_queues
           WHERE type = %(type)s
             AND status IN ('pending', 'in_progress')
@@ -119,8 +119,8 @@ WITH RECURSIVE clients(client) AS (
           LIMIT %(limit)s
           FOR UPDATE SKIP LOCKED) AS fifo
     UNION ALL
-    SELECT fair.id, fair.spent
-    FROM (SELECT id, dequeue_count >= max_dequeues AS spent
+    SELECT fair.id, fair.spent, fair.ready_at
+    FROM (SELECT id, dequeue_count >= max_dequeues AS spent, available_at AS ready_at
           FROM maestro_queues
           WHERE id IN (SELECT id FROM turns)
             AND status IN ('pending', 'in_progress')
@@ -152,7 +152,7 @@ FROM claimable, async_commit
 WHERE q.id = claimable.id AND NOT claimable.spent
   AND (SELECT count(*) FROM notified) >= 0
 RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
-          q.created_at, q.claimed_at, q.lease_expires_at;
+          q.created_at, claimable.ready_at, q.claimed_at, q.lease_expires_at;
 
 -- name: lease_renew
 -- Extend the lease of every listed row this worker still holds (fenced).

@@ -212,6 +212,11 @@ async def test_failed_job_waits_for_its_backoff_then_poisons_at_the_cutoff(
         waited = (second.claimed_at - row["available_at"]).total_seconds()  # type: ignore[operator]
         assert waited >= 0
         assert second.dequeue_count == 2
+        # The wait since the row became claimable leaves the backoff out; the wait
+        # since enqueue has it in.
+        assert second.ready_at == row["available_at"]
+        assert second.ready_wait_ms == pytest.approx(waited * 1000)
+        assert second.queue_wait_ms >= 500 > second.ready_wait_ms
 
         assert await queue.fail(second, "second failure", backoff_seconds=0) == "poison"
         with trio.fail_after(5):
