@@ -208,7 +208,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
     from dataplane.dev.supervisor import run_dev
 
-    return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir))
+    return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp)
 
 
 def _job_json(job: object) -> dict[str, object]:
@@ -267,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
+    dev.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="send every process's traces and metrics to this OTLP/HTTP endpoint "
+        "(e.g. http://127.0.0.1:4318)",
+    )
 
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")

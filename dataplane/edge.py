@@ -13,6 +13,8 @@
   app reads the body (:class:`DeferredContinueH11Protocol`, :class:`ContinueRequest`);
   both work around Hypercorn/Quart-Trio defects described in ``docs/known-issues.md``;
 * :func:`server_span`: a route wrapped in an HTTP server span;
+* :class:`RequireTrio` also records ``http.server.request.duration`` for every request,
+  to the end of its response, with the route template Quart matched (:func:`_note_route`);
 * :func:`log_to_stderr`: our loggers to stderr next to Hypercorn's own.
 """
 
@@ -23,7 +25,9 @@ import hmac
 import json
 import logging
 import os
+import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, ClassVar
 
@@ -38,6 +42,7 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from dataplane.observability.metrics import instruments
 from dataplane.observability.tracing import tracer
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -150,6 +155,7 @@ def install_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     app.register_error_handler(ApiError, api_error)
     app.register_error_handler(HTTPException, http_error)
     app.after_request(close_if_body_unread)
+    app.before_request(_note_route)
 
 
 def require_bearer(expected: str | None, setting: str) -> None:
@@ -356,6 +362,60 @@ def shield_final_send(send: Send) -> Send:
     return send_shielded_at_end
 
 
+# -- http.server.request.duration ---------------------------------------------------------
+
+EXCHANGE_EXTENSION = "dataplane.exchange"  # ASGI scope extension: what the metric needs
+_RULE_PARAMETER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+
+
+async def _note_route() -> None:
+    """Before a matched route runs: its template (``/api/{surface_id}/q``) for the metric."""
+    exchange = (request.scope.get("extensions") or {}).get(EXCHANGE_EXTENSION)
+    rule = request.url_rule
+    if isinstance(exchange, dict) and rule is not None:
+        exchange["route"] = _RULE_PARAMETER.sub(r"{\1}", rule.rule)
+
+
+def _record_request(
+    scope: dict[str, Any], exchange: dict[str, Any], seconds: float, error: str | None
+) -> None:
+    attrs: dict[str, Any] = {"http.request.method": scope.get("method", "_OTHER")}
+    if "route" in exchange:
+        attrs["http.route"] = exchange["route"]
+    status = exchange.get("status")
+    if status is not None:
+        attrs["http.response.status_code"] = status
+        if status >= 500:
+            error = error or str(status)
+    if status is None or error is not None:
+        attrs["error.type"] = error or "_OTHER"  # no response: the client went away
+    instruments().http_duration.record(seconds, attrs)
+
+
+async def _measured(inner: QuartTrio, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """Serve one HTTP request and record its ``http.server.request.duration``."""
+    started = time.perf_counter()
+    exchange: dict[str, Any] = {}
+    scope = {
+        **scope,
+        "extensions": {**(scope.get("extensions") or {}), EXCHANGE_EXTENSION: exchange},
+    }
+
+    async def send_noting_status(message: dict[str, Any]) -> None:
+        if message.get("type") == "http.response.start":
+            exchange["status"] = message.get("status")
+        await send(message)
+
+    error: str | None = None
+    try:
+        await inner(scope, receive, send_noting_status)  # type: ignore[arg-type]
+    except BaseException as exc:
+        error = type(exc).__qualname__
+        raise
+    finally:
+        _record_request(scope, exchange, time.perf_counter() - started, error)
+
+
 class RequireTrio:
     """ASGI guard: served under anything but Trio, fail at startup with ``message``."""
 
@@ -376,6 +436,8 @@ class RequireTrio:
                     extensions = {**(scope.get("extensions") or {}), CONTINUE_EXTENSION: hook}
                     scope = {**scope, "extensions": extensions}
                 send = shield_final_send(send)
+                await _measured(self.inner, scope, receive, send)
+                return
             await self.inner(scope, receive, send)  # type: ignore[arg-type]
             return
         if scope["type"] == "lifespan":

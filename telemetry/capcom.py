@@ -54,7 +54,7 @@ from dataplane.edge import (
     prometheus_response,
 )
 from dataplane.errors import DatabaseError, DatabaseUnavailable
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import initialise, instruments
 from dataplane.observability.otel import Telemetry, prometheus_text, setup_telemetry
 from dataplane.observability.report import ReportError, check_reports, insert_params
 
@@ -123,6 +123,7 @@ def create_app() -> QuartTrio:
         settings = from_env(CapcomSettings)
         state.telemetry = setup_telemetry(SERVICE_NAME)
         state.metrics = state.telemetry.prometheus
+        initialise("capcom")
         state.token = settings.token
         if settings.token is None:
             log.warning("capcom: CAPCOM_TOKEN is not set; every report is answered 503")

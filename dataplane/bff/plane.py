@@ -21,6 +21,7 @@ from dataplane.bff.tokens import StreamTokens
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.db.session import wait_session_pooling
 from dataplane.errors import ConfigError
+from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import Telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.surfaces.manifest import Surface
@@ -76,6 +77,10 @@ async def serve_plane(
             return
         queue = QueueClient(db, config.queue)
         channels = [s.queue_type(config.queue_suffix).done_channel for s in surfaces.values()]
+        initialise(
+            "bff",
+            {s.queue_type(config.queue_suffix).name: list(s.operations) for s in surfaces.values()},
+        )
         pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
         load = LiveLoad(queue, config.queue)
         state.plane = Plane(config, surfaces, db, queue, pump, load, verifier, tokens)

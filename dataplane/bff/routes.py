@@ -48,7 +48,7 @@ from dataplane.errors import (
     InvalidArgument,
     QueueFull,
 )
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import OPERATION, QUEUE_TYPE, instruments
 from dataplane.observability.otel import prometheus_text
 from dataplane.observability.tracing import current_traceparent, links_to, messaging, tracer
 from dataplane.queue import EnqueueResult
@@ -134,7 +134,8 @@ async def enqueue(surface_id: str) -> Response:
         except DatabaseUnavailable as exc:
             raise ApiError(503, f"the queue is unreachable: {exc}") from None
         except QueueFull as exc:
-            instruments().refused.add(1, {"surface": surface.id, "scope": exc.scope})
+            refused = {QUEUE_TYPE: queue_type.name, "dataplane.scope": exc.scope}
+            instruments().refused.add(1, refused)
             status = 429 if exc.scope == "client" else 503
             raise ApiError(status, str(exc), retry_after=BACKPRESSURE_RETRY_AFTER) from None
         job_id = str(result.job_id)
@@ -145,9 +146,9 @@ async def enqueue(surface_id: str) -> Response:
             for link in links_to(result.traceparent):
                 send.add_link(link.context, {"dataplane.link": "coalesced"})
     metrics = instruments()
-    metrics.enqueued.add(1, {"surface": surface.id, "operation": op.name})
+    metrics.enqueued.add(1, {QUEUE_TYPE: queue_type.name, OPERATION: op.name})
     if result.coalesced:
-        metrics.coalesced.add(1, {"layer": "transport", "surface": surface.id})
+        metrics.coalesced.add(1, {QUEUE_TYPE: queue_type.name, "dataplane.layer": "transport"})
     token = p.tokens.mint(
         StreamGrant(
             job_id,
@@ -209,7 +210,7 @@ async def cancel(surface_id: str, job_id: str) -> Response:
     row = await read_job(p, surface, job_target(p, surface, job_id))
     outcome = await queue_call(p.queue.cancel(row.id))
     if outcome.status == "cancelled":
-        instruments().cancelled.add(1, {"surface": surface.id})
+        instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
         return json_response({"jobId": str(row.id), "status": "cancelled"})
     if outcome.status == "pending":  # coalesced requests keep the job alive
         body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}

@@ -19,7 +19,7 @@ from dataplane.bff.jobs import answer
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.tokens import StreamGrant
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow
 
@@ -58,6 +58,7 @@ async def job_events(
                 yield _final(p, finished, grant, parent, retry=False)
                 return
             if trio.current_time() >= deadline:
+                instruments().stream_timeouts.add(1, {QUEUE_TYPE: row.type})
                 yield _timeout(row)
                 return
             yield b": keep-alive\n\n"
@@ -90,7 +91,7 @@ def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, ret
         else:
             out = event("done", EVENT_FINAL, body, retry=retry)
     instruments().end_to_end.record(
-        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds() * 1000),
-        {"surface": str(row.payload.get("surface")), "status": row.status},
+        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds()),
+        {QUEUE_TYPE: row.type, OUTCOME: row.status},
     )
     return out

@@ -21,6 +21,7 @@ from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, close_now, connect, translate
 from dataplane.db.sql import q
 from dataplane.errors import DatabaseUnavailable, InvalidArgument
+from dataplane.observability.metrics import track_listener
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Listener:
         if not self.reconnect_delays or min(self.reconnect_delays) < 0:
             raise InvalidArgument("reconnect_delays must be non-empty and >= 0")
         self._send, self.events = trio.open_memory_channel[Event](self.buffer_size)
+        track_listener(self, self.config.application_name)
 
     def statistics(self) -> ListenerStatistics:
         c = self._counters

@@ -32,6 +32,7 @@ from dataplane.db.connection import (
 )
 from dataplane.db.listener import Listener
 from dataplane.errors import DatabaseUnavailable, PoolTimeout
+from dataplane.observability.metrics import track_pool
 from dataplane.observability.tracing import statement_span
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class PoolStatistics:
     connects: int
     discarded: int
     acquire_timeouts: int
+    waiting: int = 0  # tasks waiting for a free connection
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Database:
         self._slots = trio.Semaphore(config.pool_size)
         self._counters = _PoolCounters()
         self._closed = False
+        track_pool(self, config.application_name)
 
     async def run(
         self,
@@ -143,6 +146,7 @@ class Database:
             connects=self._counters.connects,
             discarded=self._counters.discarded,
             acquire_timeouts=self._counters.acquire_timeouts,
+            waiting=self._slots.statistics().tasks_waiting,
         )
 
     def close(self) -> None:

@@ -5,7 +5,10 @@ embedded Postgres, the queue DB migrated, the demo client DB created and seeded
 once with its read-only role, and a development JWT secret. Then it runs, as
 separate child processes supervised from one Trio nursery, the BFF (Hypercorn
 ``-k trio``), one worker per demo surface plus ``probe``, and the telemetry
-receiver when it is installed. A child that dies is logged and restarted with
+receiver when it is installed. Every child serves Prometheus metrics on a port of its
+own (the BFF and capcom on ``/metrics`` of their HTTP port, each worker on
+``DATAPLANE_METRICS_PORT``), printed with the URLs; ``--otlp URL`` points every child's
+OTLP exporter at one endpoint. A child that dies is logged and restarted with
 backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
 terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
 then Postgres, within a few seconds, leaving nothing behind.
@@ -96,7 +99,12 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | No
 
 
 def _children(
-    port: int, queue_dsn: str, ro_dsn: str | None, secret: str, capcom_port: int | None
+    port: int,
+    queue_dsn: str,
+    ro_dsn: str | None,
+    secret: str,
+    capcom_port: int | None,
+    otlp: str | None = None,
 ) -> list[Child]:
     common = {
         "MAESTRO_QUEUES_URL": queue_dsn,
@@ -104,7 +112,11 @@ def _children(
         "DATAPLANE_PROBE": "1",
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "2",
         "PYTHONUNBUFFERED": "1",
+        "DATAPLANE_METRICS": "1",
     }
+    if otlp:
+        common["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
+        common["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
     if capcom_port is not None:
         common["CAPCOM_URL"] = f"http://127.0.0.1:{capcom_port}"
         common["CAPCOM_TOKEN"] = secrets.token_urlsafe(32)
@@ -128,7 +140,11 @@ def _children(
         )
     ]
     for surface in _surfaces().values():
-        env = {**common, "SURFACE_QUEUE_TYPE": surface.queue_type().name}
+        env = {
+            **common,
+            "SURFACE_QUEUE_TYPE": surface.queue_type().name,
+            "DATAPLANE_METRICS_PORT": str(free_port()),  # one port per worker
+        }
         if surface.needs_client_db:
             if ro_dsn is None:
                 log.warning(
@@ -157,6 +173,19 @@ def _children(
     return children
 
 
+def metrics_urls(children: list[Child], port: int, capcom_port: int | None) -> dict[str, str]:
+    """Where each child serves its Prometheus metrics."""
+    urls = {}
+    for child in children:
+        if child.name == "bff":
+            urls[child.name] = f"http://127.0.0.1:{port}/metrics"
+        elif child.name == "capcom" and capcom_port is not None:
+            urls[child.name] = f"http://127.0.0.1:{capcom_port}/metrics"
+        elif "DATAPLANE_METRICS_PORT" in child.env:
+            urls[child.name] = f"http://127.0.0.1:{child.env['DATAPLANE_METRICS_PORT']}/metrics"
+    return urls
+
+
 async def _wait_ready(port: int) -> bool:
     import httpx
 
@@ -173,14 +202,15 @@ async def _wait_ready(port: int) -> bool:
     return False
 
 
-async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
+async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None) -> None:
     def say(line: str) -> None:
         print(f"dataplane dev: {line}", file=sys.stderr, flush=True)
 
     queue_dsn, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
     capcom_port = free_port() if importlib.util.find_spec("telemetry.capcom") else None
-    children = _children(port, queue_dsn, ro_dsn, secret, capcom_port)
+    children = _children(port, queue_dsn, ro_dsn, secret, capcom_port, otlp)
+    metrics = metrics_urls(children, port, capcom_port)
     log_dir = dev_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     async with trio.open_nursery() as nursery:
@@ -203,6 +233,9 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
                     "           -H 'Content-Type: application/json'"
                     ' -d \'{"operation":"echo","params":{}}\'',
                     f"  Running:        {', '.join(c.name for c in children)}",
+                    "  Metrics:        (Prometheus text, one endpoint per process)",
+                    *(f"    {name:<14}{u}" for name, u in metrics.items()),
+                    f"  OTLP:           {otlp or 'off (dataplane dev --otlp URL)'}",
                     f"  Queue DB:       {queue_dsn}",
                     f"  Logs:           {log_dir}/",
                     "  Ctrl-C stops everything.",
@@ -214,7 +247,9 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
         await trio.sleep_forever()
 
 
-async def _run_until_signal(server: EmbeddedPostgres, dev_dir: Path, port: int) -> None:
+async def _run_until_signal(
+    server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None = None
+) -> None:
     """:func:`_run` until SIGINT, SIGTERM or SIGHUP: then cancel it, so every child
     is stopped (each ``supervise`` stops its own), and return."""
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
@@ -230,7 +265,7 @@ async def _run_until_signal(server: EmbeddedPostgres, dev_dir: Path, port: int) 
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_signal)
-            await _run(server, dev_dir, port)
+            await _run(server, dev_dir, port, otlp)
 
 
 def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
@@ -244,7 +279,7 @@ def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
     )
 
 
-def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR) -> int:
+def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR, otlp: str | None = None) -> int:
     dev_dir = dev_dir.resolve()
     if fresh and dev_dir.exists():
         EmbeddedPostgres(dev_dir / "pg").stop("immediate")
@@ -260,7 +295,7 @@ def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR) -> int:
         watchdog = _watch_postgres(server)
         server.start()
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        trio.run(_run_until_signal, server, dev_dir, port)
+        trio.run(_run_until_signal, server, dev_dir, port, otlp)
     except KeyboardInterrupt:
         pass
     except BaseExceptionGroup as group:

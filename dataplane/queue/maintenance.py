@@ -15,6 +15,7 @@ import trio
 
 from dataplane.db import Database
 from dataplane.errors import DatabaseError
+from dataplane.observability.metrics import QUEUE_TYPE, REASON, instruments
 from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class Maintenance:
             self.skipped += 1
             return result
         self.passes += 1
+        for queue_type in result.poisoned_types:
+            instruments().poison.add(1, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
         if result.changed:
             log.info("maintenance: %s", result)
         return result

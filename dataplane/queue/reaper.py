@@ -45,6 +45,7 @@ class ReapResult:
     blobs_deleted: int
     poisoned: int
     elected: bool = True  # False: another session held the lock; nothing was done
+    poisoned_types: tuple[str, ...] = ()  # the queue type of each row poisoned
 
     @property
     def changed(self) -> int:
@@ -66,13 +67,13 @@ async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
         return ReapResult(0, 0, 0, 0, elected=False)
     try:
         cur = await conn.execute(q("reap_lapsed_at_cutoff"), {"batch": config.batch})
-        poisoned = len(await cur.fetchall())
+        poisoned_types = tuple(row["type"] for row in await cur.fetchall())
         done = await _delete(conn, "reap_done", {"retention_seconds": config.done_seconds}, config)
         poison = await _delete(
             conn, "reap_poison", {"retention_seconds": config.poison_seconds}, config
         )
         blobs = await _delete(conn, "reap_blobs", {}, config)
-        return ReapResult(done, poison, blobs, poisoned)
+        return ReapResult(done, poison, blobs, len(poisoned_types), True, poisoned_types)
     finally:
         if not conn.closed and not conn.broken:
             await conn.execute(q("maintenance_unlock"))

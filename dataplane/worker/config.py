@@ -12,6 +12,7 @@ from dataplane.errors import InvalidArgument
 from dataplane.queue import QueueConfig, QueueType
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS
 from dataplane.queue.reaper import RetentionConfig
+from dataplane.queue.sampler import SAMPLE_SECONDS
 from dataplane.surfaces import SurfacesConfig
 
 CONCURRENCY = 8  # jobs a worker runs at once
@@ -53,6 +54,9 @@ class WorkerConfig:
     maintenance_seconds: float = setting(
         "DATAPLANE_MAINTENANCE_SECONDS", MAINTENANCE_SECONDS, minimum=0.001
     )
+    sample_seconds: float = setting(
+        "DATAPLANE_QUEUE_SAMPLE_SECONDS", SAMPLE_SECONDS, minimum=0.001
+    )  # cadence of the elected queue sampler (depth gauges)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:

@@ -31,7 +31,14 @@ from opentelemetry.trace import Span, SpanKind
 from dataplane.db import Database
 from dataplane.envelope import Envelope
 from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import (
+    OPERATION,
+    OUTCOME,
+    QUEUE_TYPE,
+    REASON,
+    instruments,
+    process_attributes,
+)
 from dataplane.observability.report import CacheStatus, JobReport, Outcome
 from dataplane.observability.tracing import context_from, links_to, messaging, tracer
 from dataplane.queue import Blob, ClaimedJob, Completion, JsonText, QueueClient, to_json
@@ -55,6 +62,7 @@ class JobResult:
     operation: str = "?"
     cache: CacheStatus = CacheStatus.BYPASS
     coalesced: bool = False
+    error_type: str | None = None  # the failed attempt's exception type (metrics)
 
 
 @dataclass
@@ -105,11 +113,14 @@ class JobExecutor:
             with running.scope:
                 result = await self._traced(running)
             if running.lost:
-                result = JobResult(Outcome.LOST, result.operation, result.cache, result.coalesced)
+                result = JobResult(
+                    Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
+                )
                 self.counters.lost += 1
         finally:
             if not (running.finished or running.lost):
                 await self._release(job)
+            self._record(job, result, time.perf_counter() - started)
             self.held.remove(running)
             self.on_finished()
             if self.reporter is not None:  # else no report at all: RSS reads /proc
@@ -137,7 +148,6 @@ class JobExecutor:
             queue_wait_ms=round(job.queue_wait_ms, 3),
             dequeue_count=job.dequeue_count,
         )
-        started = time.perf_counter()
         with tracer().start_as_current_span(
             f"process {job.type}",
             context=context_from(traceparent) if first else None,
@@ -154,21 +164,26 @@ class JobExecutor:
                     "dataplane.outcome": result.outcome.value,
                 }
             )
-        self._record(job, result, time.perf_counter() - started)
         return result
 
     def _record(self, job: ClaimedJob, result: JobResult, seconds: float) -> None:
+        """One attempt's metrics, whatever its outcome (released and lost included)."""
         m = instruments()
-        labels = {"surface": self.surface.id, "operation": result.operation}
-        m.queue_wait.record(max(0.0, job.queue_wait_ms), labels)
-        m.execution.record(seconds * 1000, labels)
-        m.jobs.add(1, {**labels, "outcome": result.outcome.value})
+        queue = {QUEUE_TYPE: job.type}
+        labels = {**queue, OPERATION: result.operation}
+        attrs = process_attributes(job.type, result.operation)
+        if result.error_type is not None:
+            attrs["error.type"] = result.error_type
+        m.process_duration.record(seconds, attrs)
+        m.queue_wait.record(job.ready_wait_ms / 1000, labels)
+        m.queue_wait_since_enqueue.record(max(0.0, job.queue_wait_ms) / 1000, labels)
+        m.jobs.add(1, {**labels, OUTCOME: result.outcome.value})
         if result.coalesced:
-            m.coalesced.add(1, {"layer": "single_flight", "surface": self.surface.id})
+            m.coalesced.add(1, {**queue, "dataplane.layer": "single_flight"})
         if result.cache is CacheStatus.HIT:
             m.cache_hits.add(1, labels)
         if result.outcome is Outcome.POISON:
-            m.poison.add(1, labels)
+            m.poison.add(1, {**queue, REASON: "failed"})
 
     async def _execute(self, running: Running, span: Span) -> JobResult:
         """Run one job, then write its outcome.
@@ -198,18 +213,20 @@ class JobExecutor:
                 False,
             )
         except Exception as exc:
-            return JobResult(await self._fail(running, exc), operation, cache)
+            outcome = await self._fail(running, exc)
+            return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
         try:
             await self._finish(running, completion)
         except LeaseLost:
             log.warning("job %s: lease lost before completion; result dropped", job.id)
+            instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "complete"})
             running.lost = True
-            return JobResult(Outcome.LOST, operation, cache)
+            return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except DatabaseError as exc:
             log.warning(
                 "job %s: could not write its outcome (%s); handing the claim back", job.id, exc
             )
-            return JobResult(Outcome.FAILED, operation, cache)
+            return JobResult(Outcome.FAILED, operation, cache, error_type=type(exc).__qualname__)
         if outcome is Outcome.DONE:
             self.counters.done += 1
         else:
@@ -328,6 +345,7 @@ class JobExecutor:
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
             )
         except LeaseLost:
+            instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "fail"})
             running.finished = running.lost = True
             return Outcome.LOST
         except DatabaseError as db_exc:

@@ -16,6 +16,7 @@ import logging
 import trio
 
 from dataplane.errors import DatabaseError
+from dataplane.observability.metrics import QUEUE_TYPE, instruments
 from dataplane.queue import QueueClient
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.held import HeldJobs
@@ -50,5 +51,6 @@ class LeaseKeeper:
         for running in held:
             if running.job.id not in kept and not (running.finishing or running.finished):
                 log.warning("job %s: lease lost; cancelling its execution", running.job.id)
+                instruments().lease_lost.add(1, {QUEUE_TYPE: running.job.type})
                 running.lost = True
                 running.scope.cancel()

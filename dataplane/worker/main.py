@@ -18,6 +18,7 @@ import trio
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
 from dataplane.errors import ConfigError, DatabaseUnavailable
+from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import prometheus_text, setup_telemetry
 from dataplane.queue import QueueClient
 from dataplane.surfaces import surface_for_queue_type
@@ -39,6 +40,12 @@ async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None
     surface, queue_type = surface_for_queue_type(config.worker.queue_type, config.surfaces)
     telemetry = setup_telemetry(
         "dataplane-worker", attributes={"dataplane.surface": queue_type.surface}
+    )
+    ops = surface.operations.values()
+    initialise(
+        "worker",
+        {queue_type.name: [op.name for op in ops]},
+        cacheable=[(queue_type.name, op.name) for op in ops if op.cacheable],
     )
     try:
         return await _serve_worker(config, surface, reporter, telemetry.prometheus)

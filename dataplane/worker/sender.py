@@ -48,7 +48,7 @@ import httpx
 import trio
 
 from dataplane.errors import InvalidArgument
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import REASON, instruments
 from dataplane.observability.report import JobReport, encode_report
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class CapcomSender:
         if detail:
             self._last_error = detail
         try:
-            instruments().capcom_dropped.add(count, {"reason": reason})
+            instruments().capcom_dropped.add(count, {REASON: reason})
         except Exception:  # a metrics SDK problem must not reach the job
             pass
 

@@ -12,6 +12,8 @@ of this package:
 * the :class:`~dataplane.worker.completer.Completer`, committing in batches;
 * the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
   leases, elected across the fleet, busy or not);
+* the :class:`~dataplane.queue.sampler.QueueSampler` (queue depth gauges, one elected
+  worker of the fleet);
 * the reporter (the capcom sender), when it has a ``run`` of its own;
 
 and, in a nursery of their own, one task per claim, each a
@@ -31,6 +33,7 @@ import trio
 from dataplane.db import Database, Gap, Notification
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
+from dataplane.queue.sampler import QueueSampler
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.cache import INVALIDATE_CHANNEL, TtlCache
 from dataplane.worker.claimer import Claimer
@@ -93,6 +96,9 @@ class Worker:
         self.maintenance = Maintenance(
             queue.db, interval=config.maintenance_seconds, retention=config.retention
         )
+        self.sampler = QueueSampler(
+            queue.db, interval=config.sample_seconds, types=[config.queue_type]
+        )
         self.listener = queue.db.listener(
             [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
         )
@@ -113,6 +119,7 @@ class Worker:
             await services.start(self.completer.run)
             services.start_soon(self.leases.run)
             services.start_soon(self.maintenance.run)
+            services.start_soon(self.sampler.run)
             reporter_run = getattr(self.reporter, "run", None)
             if reporter_run is not None:
                 await services.start(reporter_run)

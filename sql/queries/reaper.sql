@@ -46,7 +46,7 @@ WITH p AS (
     )
     RETURNING q.id, q.type
 )
-SELECT p.id
+SELECT p.id, p.type
 FROM p
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;
 
