@@ -386,7 +386,7 @@ class FakeInstruments:
         self.capcom_dropped = self
 
     def add(self, amount: int, attributes: dict[str, str]) -> None:
-        self.dropped[attributes["reason"]] += amount
+        self.dropped[attributes["dataplane.reason"]] += amount
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """The Grafana dashboards: every wallboard SQL query runs against a real queue DB
 seeded with realistic rows (Grafana macros substituted, as a SELECT-only role) and
-returns the columns its panel shows; every metric the metrics dashboard names is
-one the OpenTelemetry Prometheus exporter really produces; the provisioning holds
-together."""
+returns the columns its panel shows; every metric the metrics dashboard and the
+alert rules name is one the OpenTelemetry Prometheus exporter really produces (a
+real Prometheus runs them: tests/acceptance/test_prometheus.py); the provisioning
+holds together."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -377,63 +379,147 @@ def test_trace_links_point_at_tempo_and_jaeger_by_job_id() -> None:
 # -- the metrics dashboard ----------------------------------------------------------
 
 
+@dataclass
+class _Listener:
+    connected: bool = True
+
+
+@dataclass
+class _Pool:
+    def statistics(self) -> Any:
+        return type("Stats", (), {"in_use": 1, "idle": 2, "waiting": 0})()
+
+
 @pytest.fixture
-def exporter_names(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """The series names the OpenTelemetry Prometheus exporter produces for every
-    instrument of dataplane.observability.metrics (one value recorded on each)."""
+def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
+    """What the OpenTelemetry Prometheus exporter produces for every instrument of
+    dataplane.observability.metrics (one value recorded on each, every observed
+    source present)."""
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.metrics import Counter, Histogram, UpDownCounter
+    from opentelemetry.metrics import Counter, UpDownCounter
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import REGISTRY, generate_latest
 
-    import dataplane.observability.metrics
+    from dataplane.observability import metrics
 
     reader = PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])
+    listener, pool = _Listener(), _Pool()
     try:
         monkeypatch.setattr(otel_metrics, "get_meter", provider.get_meter)
-        instruments = dataplane.observability.metrics.Instruments()
+        instruments = metrics.Instruments()
+        monkeypatch.setattr(metrics, "instruments", lambda: instruments)
+        # Every counter with the label sets the processes start with ...
+        metrics.initialise(
+            "worker", {"surface-probe": ["echo"]}, cacheable=[("surface-probe", "echo")]
+        )
+        metrics.initialise("bff", {"surface-probe": ["echo"]})
+        metrics.initialise("capcom")
+        # ... and every histogram with the attributes its recorder gives it.
+        queue = {metrics.QUEUE_TYPE: "surface-probe"}
+        labels = {**queue, metrics.OPERATION: "echo"}
+        failed = {**metrics.process_attributes("surface-probe", "echo"), "error.type": "E"}
+        instruments.process_duration.record(0.001, failed)
+        instruments.queue_wait.record(0.001, labels)
+        instruments.queue_wait_since_enqueue.record(0.001, labels)
+        instruments.end_to_end.record(0.001, {**queue, metrics.OUTCOME: "done"})
+        http = {"http.request.method": "GET", "http.route": "/x", "http.response.status_code": 500}
+        instruments.http_duration.record(0.001, {**http, "error.type": "500"})
         for instrument in vars(instruments).values():
-            if isinstance(instrument, Histogram):
-                instrument.record(1.0)
-            elif isinstance(instrument, Counter | UpDownCounter):
+            if isinstance(instrument, Counter | UpDownCounter):
                 instrument.add(1)
-        text = generate_latest(REGISTRY).decode()
+        metrics.track_listener(listener, "test")
+        metrics.track_pool(pool, "test")
+        metrics.publish_queue_sample(
+            {("surface-probe", "ready"): 1}, {"surface-probe": 0.5}, valid_for=60
+        )
+        text: str = generate_latest(REGISTRY).decode()
     finally:
+        metrics.withdraw_queue_sample()
         provider.shutdown()  # unregisters the reader's collector
+    return text
+
+
+OURS = r"\b(?:dataplane|messaging|http|db)_[a-z_]+\b"
+
+
+@pytest.fixture
+def exporter_names(exporter_text: str) -> set[str]:
     return {
         line.split("{")[0].split(" ")[0]
-        for line in text.splitlines()
-        if line.startswith("dataplane_")
+        for line in exporter_text.splitlines()
+        if re.match(OURS, line)
     }
+
+
+@pytest.fixture
+def exporter_labels(exporter_text: str) -> set[str]:
+    return set(re.findall(r"[{,]([a-z_]+)=", exporter_text))
+
+
+HISTOGRAMS = [
+    "messaging_process_duration_seconds",
+    "http_server_request_duration_seconds",
+    "dataplane_queue_wait_seconds",
+    "dataplane_queue_wait_since_enqueue_seconds",
+    "dataplane_end_to_end_seconds",
+]
+COUNTERS = [
+    f"dataplane_{name}_total"
+    for name in (
+        "jobs",
+        "cache_hits",
+        "poison",
+        "lease_lost",
+        "completion_fenced",
+        "capcom_dropped",
+        "capcom_received",
+        "enqueued",
+        "enqueue_refused",
+        "coalesced",
+        "cancelled",
+        "stream_timeouts",
+    )
+]
+GAUGES = [
+    "dataplane_waiters",
+    "dataplane_queue_depth",
+    "dataplane_queue_oldest_ready_age_seconds",
+    "dataplane_listen_connected",
+    "dataplane_db_pool_connections",
+    "db_client_connection_pending_requests",
+]
 
 
 def test_the_exporter_names_are_the_documented_ones(exporter_names: set[str]) -> None:
-    histograms = {
-        f"dataplane_{name}_milliseconds_{part}"
-        for name in ("queue_wait", "execution", "end_to_end")
-        for part in ("bucket", "sum", "count")
-    }
-    counters = {
-        f"dataplane_{name}_total"
-        for name in ("jobs", "coalesced", "cache_hits", "poison", "capcom_dropped", "enqueued")
-    }
-    assert exporter_names >= histograms | counters | {"dataplane_waiters"}
+    histograms = {f"{name}_{part}" for name in HISTOGRAMS for part in ("bucket", "sum", "count")}
+    assert exporter_names == histograms | set(COUNTERS) | set(GAUGES)
     readme = README.read_text()
-    for name in histograms | counters | {"dataplane_waiters"}:
-        stem = re.sub(r"_(bucket|sum|count)$", "", name)
-        assert f"`{stem}" in readme, name
+    for name in HISTOGRAMS + COUNTERS + GAUGES:
+        assert f"`{name}" in readme, name
 
 
-def test_every_metric_the_dashboard_names_is_exported(exporter_names: set[str]) -> None:
+def test_every_duration_is_in_seconds(exporter_text: str) -> None:
+    """No millisecond histograms (promtool flags them; the conventions use seconds)."""
+    assert "milliseconds" not in exporter_text
+    assert all(h.endswith("_seconds") for h in HISTOGRAMS)
+
+
+def _names_in(expr: str, labels: set[str]) -> set[str]:
+    return set(re.findall(OURS, expr)) - labels
+
+
+def test_every_metric_the_dashboard_names_is_exported(
+    exporter_names: set[str], exporter_labels: set[str]
+) -> None:
     dashboard = load(METRICS)
     used: set[str] = set()
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "prometheus", panel["title"]
         for target in panel["targets"]:
-            names = set(re.findall(r"\bdataplane_[a-z_]+", target["expr"]))
-            assert names, f"{panel['title']}: no dataplane metric in {target['expr']}"
+            names = _names_in(target["expr"], exporter_labels)
+            assert names, f"{panel['title']}: no metric of ours in {target['expr']}"
             unknown = names - exporter_names
             assert not unknown, f"{panel['title']}: {sorted(unknown)} are not exported"
             assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
@@ -441,6 +527,28 @@ def test_every_metric_the_dashboard_names_is_exported(exporter_names: set[str]) 
     # Every instrument has a panel.
     stems = {re.sub(r"_(bucket|sum|count)$", "", n) for n in exporter_names}
     assert stems <= {re.sub(r"_(bucket|sum|count)$", "", n) for n in used}
+
+
+def test_every_metric_the_alert_rules_read_is_exported(
+    exporter_names: set[str], exporter_labels: set[str]
+) -> None:
+    groups = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert {r["alert"] for r in rules} >= {
+        "DataplaneBacklogAge",
+        "DataplanePoison",
+        "DataplaneNoConsumer",
+        "DataplaneListenDown",
+    }
+    readme = README.read_text()
+    for rule in rules:
+        names = _names_in(rule["expr"], exporter_labels)
+        assert names and names <= exporter_names, (rule["alert"], names - exporter_names)
+        labels = set(re.findall(r"\b[a-z_]+(?==~|!=|=|!~)", rule["expr"])) | set(
+            re.findall(r"\$labels\.([a-z_]+)", rule["annotations"]["summary"])
+        )
+        assert labels <= exporter_labels | {"job", "instance"}, (rule["alert"], labels)
+        assert f"**{rule['alert']}**" in readme, f"README does not explain {rule['alert']}"
 
 
 # -- provisioning ---------------------------------------------------------------------
