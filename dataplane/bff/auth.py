@@ -9,6 +9,9 @@ accepted, ``exp`` is required (30 s leeway), ``aud``/``iss`` are checked when
 configured, and the claims the envelope needs must be present and well typed;
 no claim may hold NUL or an unpaired surrogate (one 401 message for all).
 Every failure is an :class:`AuthError` (HTTP 401) that says what was wrong.
+A token that passed every check is remembered until its ``exp``
+(:class:`~dataplane.bff.token_cache.VerifiedTokens`): the browser's next request
+with it costs a keyed hash and a dict lookup, not a second verification.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -26,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from dataplane.bff.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.bff.token_cache import TokenExpired, VerifiedTokens
 from dataplane.envelope import Auth
 from dataplane.errors import ConfigError, DataPlaneError, InvalidArgument
 
@@ -47,6 +51,7 @@ class JwtVerifier:
     issuer: str | None = None
     leeway: int = LEEWAY_SECONDS
     jwks: JwksKeys | None = None  # keys of an identity provider, instead of ``key``
+    cache: VerifiedTokens | None = field(default_factory=VerifiedTokens, compare=False)
 
     @classmethod
     def from_settings(
@@ -111,6 +116,15 @@ class JwtVerifier:
         key, algorithm = self.key, self.algorithm
         if self.jwks is not None:
             key, algorithm = self.jwks.key_for(token)
+        cache = self.cache
+        if cache is not None:
+            digest = cache.digest(token)
+            try:
+                remembered = cache.get(digest, key)
+            except TokenExpired:
+                raise AuthError("token expired") from None
+            if remembered is not None:
+                return remembered
         try:
             claims = jwt.decode(
                 token,
@@ -137,7 +151,10 @@ class JwtVerifier:
             raise AuthError(f"token algorithm not accepted (expected {algorithm})") from None
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
-        return auth_from_claims(claims)
+        auth = auth_from_claims(claims)
+        if cache is not None:  # exp is a verified number here (required, checked)
+            cache.put(digest, auth, float(claims["exp"]) + self.leeway, key)
+        return auth
 
 
 class JwksKeys:

@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 
 from dataplane.db.bridge import run_on_loop
+from dataplane.db.waiting import LeanConnection
 from dataplane.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def translate(exc: BaseException) -> DatabaseError:
 
 async def connect(config: DatabaseConfig, loop: Any) -> Connection:
     async def connect() -> Connection:
-        return await psycopg.AsyncConnection.connect(
+        # LeanConnection: psycopg's, less a loop timer per wait (dataplane.db.waiting).
+        return await LeanConnection[DictRow].connect(
             config.dsn,
             autocommit=True,
             row_factory=dict_row,

@@ -1,0 +1,115 @@
+"""How a psycopg connection waits for its socket on trio-asyncio's loop.
+
+psycopg's stock ``AsyncConnection.wait`` arms a fresh ``call_later`` timer at
+every wait (its polling interval) and cancels it afterwards. On trio-asyncio a
+timer is not free: each one is a handle sent through the loop's queue, one more
+pass of the loop's Trio task, a heap push, and the same again to cancel it. For
+a statement that waits once for its answer that timer roughly doubles the
+cost of the bridge crossing (measured in ``bench/results/bff-cpu.md``: about
+400 -> 160 µs of CPU for a ``SELECT 1`` crossing).
+
+:class:`LeanConnection` waits without it: the socket is polled first (a
+zero-timeout poll, as psycopg does for writing; an answer already there also
+skips the loop's reader task), otherwise one reader/writer callback resolves one
+future. Nothing else changes:
+
+* a wait *with* a timeout (``notifies(timeout=...)``, the listener's) is psycopg's own;
+* deadlines stay the caller's Trio cancel scopes (``Database.run``'s call timeout);
+* a cancelled wait (the asyncio task cancelled from Trio) asks the server to cancel
+  a running statement, as psycopg does, then closes the connection: its state is
+  unknown, and the pool never reuses a connection cancelled mid-call anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import select
+from typing import Any
+
+import psycopg
+from psycopg.abc import PQGen
+from psycopg.rows import Row
+from psycopg.waiting import READY_R, READY_W, WAIT_R, WAIT_W
+
+log = logging.getLogger(__name__)
+
+CANCEL_TIMEOUT = 5.0  # seconds a server-side cancel request may take
+
+_ACTIVE = psycopg.pq.TransactionStatus.ACTIVE
+
+
+class LeanConnection(psycopg.AsyncConnection[Row]):
+    """A psycopg ``AsyncConnection`` whose untimed waits arm no timer (see module doc)."""
+
+    async def wait(
+        self,
+        gen: PQGen[Any],
+        interval: float = 0.1,
+        timeout: float | None = None,  # noqa: ASYNC109 (psycopg's signature, overridden)
+    ) -> Any:
+        if timeout is not None:
+            return await super().wait(gen, interval, timeout)
+        try:
+            return await wait_socket(gen, self.pgconn.socket)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            if self.pgconn.transaction_status == _ACTIVE:
+                try:
+                    await self.cancel_safe(timeout=CANCEL_TIMEOUT)
+                except Exception as exc:  # the close below is what matters
+                    log.warning("query cancellation failed: %s", exc)
+                self.pgconn.finish()
+            raise
+
+
+async def wait_socket(gen: PQGen[Any], fileno: int) -> Any:
+    """Drive a psycopg generator to its end on the running (trio-asyncio) loop."""
+    loop = asyncio.get_running_loop()
+    try:
+        state = next(gen)
+        while True:
+            ready = _ready_now(fileno, state)
+            if not ready:
+                ready = await _readiness(loop, fileno, state)
+            state = gen.send(ready)
+    except StopIteration as done:
+        return done.value
+    except OSError as exc:
+        raise psycopg.OperationalError("connection socket closed") from exc
+
+
+async def _readiness(loop: asyncio.AbstractEventLoop, fileno: int, state: int) -> int:
+    """One future resolved by the first of the reader/writer callbacks ``state`` asks for."""
+    fut: asyncio.Future[int] = loop.create_future()
+
+    def wakeup(ready: int) -> None:
+        if not fut.done():
+            fut.set_result(ready)
+
+    reader, writer = state & WAIT_R, state & WAIT_W
+    if reader:
+        loop.add_reader(fileno, wakeup, READY_R)
+    if writer:
+        loop.add_writer(fileno, wakeup, READY_W)
+    try:
+        return await fut
+    finally:
+        if reader:
+            loop.remove_reader(fileno)
+        if writer:
+            loop.remove_writer(fileno)
+
+
+def _ready_now(fileno: int, state: int) -> int:
+    """The socket's readiness for what ``state`` asks, right now (a zero-timeout poll)."""
+    poller = select.poll()
+    poller.register(
+        fileno, (select.POLLIN if state & WAIT_R else 0) | (select.POLLOUT if state & WAIT_W else 0)
+    )
+    ready = 0
+    for _fd, events in poller.poll(0):
+        if events & select.POLLIN:
+            ready |= READY_R
+        if events & select.POLLOUT:
+            ready |= READY_W
+    return ready
