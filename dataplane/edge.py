@@ -406,7 +406,13 @@ async def _note_route() -> None:
     exchange = (request.scope.get("extensions") or {}).get(EXCHANGE_EXTENSION)
     rule = request.url_rule
     if isinstance(exchange, dict) and rule is not None:
-        exchange["route"] = _RULE_PARAMETER.sub(r"{\1}", rule.rule)
+        exchange["route"] = route_template(rule.rule)
+
+
+@functools.cache
+def route_template(rule: str) -> str:
+    """A Quart rule as an ``http.route`` template: ``/q/<job_id>`` -> ``/q/{job_id}``."""
+    return _RULE_PARAMETER.sub(r"{\1}", rule)
 
 
 def _record_request(

@@ -211,6 +211,7 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
     capcom_port = free_port() if importlib.util.find_spec("telemetry.capcom") else None
     children = _children(port, queue_dsn, ro_dsn, secret, capcom_port, otlp)
     metrics = metrics_urls(children, port, capcom_port)
+    width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     async with trio.open_nursery() as nursery:
@@ -234,7 +235,7 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
                     ' -d \'{"operation":"echo","params":{}}\'',
                     f"  Running:        {', '.join(c.name for c in children)}",
                     "  Metrics:        (Prometheus text, one endpoint per process)",
-                    *(f"    {name:<14}{u}" for name, u in metrics.items()),
+                    *(f"    {name:<{width}}  {u}" for name, u in metrics.items()),
                     f"  OTLP:           {otlp or 'off (dataplane dev --otlp URL)'}",
                     f"  Queue DB:       {queue_dsn}",
                     f"  Logs:           {log_dir}/",

@@ -384,7 +384,8 @@ def withdraw_queue_sample() -> None:
         _sample.depth, _sample.oldest, _sample.expires = {}, {}, 0.0
 
 
-def _current_sample() -> tuple[Mapping[tuple[str, str], int], Mapping[str, float]]:
+def current_queue_sample() -> tuple[Mapping[tuple[str, str], int], Mapping[str, float]]:
+    """What the depth gauges report now (empty unless this process samples)."""
     with _lock:
         if time.monotonic() > _sample.expires:
             return {}, {}
@@ -392,7 +393,7 @@ def _current_sample() -> tuple[Mapping[tuple[str, str], int], Mapping[str, float
 
 
 def _observe_depth(_: CallbackOptions) -> Iterable[Observation]:
-    depth, _oldest = _current_sample()
+    depth, _oldest = current_queue_sample()
     return [
         Observation(n, {QUEUE_TYPE: queue_type, "dataplane.state": state})
         for (queue_type, state), n in depth.items()
@@ -400,5 +401,5 @@ def _observe_depth(_: CallbackOptions) -> Iterable[Observation]:
 
 
 def _observe_oldest(_: CallbackOptions) -> Iterable[Observation]:
-    _depth, oldest = _current_sample()
+    _depth, oldest = current_queue_sample()
     return [Observation(age, {QUEUE_TYPE: queue_type}) for queue_type, age in oldest.items()]

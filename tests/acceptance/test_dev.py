@@ -16,7 +16,11 @@ import trio
 
 from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
+from tests.acceptance.test_prometheus import promtool_check
 from tests.conftest import wait_until
+from tests.otlp import Received, otlp
+
+__all__ = ["otlp"]  # the fixture, imported to be found
 
 
 async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path) -> None:
@@ -61,6 +65,83 @@ async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path
         alive = [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert alive == [], alive
         assert not psutil.pid_exists(pg_pid) or psutil.Process(pg_pid).status() == "zombie"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+async def test_dev_serves_every_process_metrics_and_points_them_at_otlp(
+    tmp_path: Path, otlp: tuple[str, Received]
+) -> None:
+    """Each process its own metrics port, printed at startup (with
+    DATAPLANE_METRICS_PORT set in the environment, the workers used to crash-loop on
+    "address already in use"); ``--otlp`` sends every process's telemetry there."""
+    endpoint, received = otlp
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    env.update(
+        DATAPLANE_METRICS_PORT=str(free_port()),  # inherited by every child, overridden
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_METRIC_EXPORT_INTERVAL="500",
+    )
+    out = tmp_path / "dev.out"
+    log = open(out, "wb")  # noqa: ASYNC230 - closed below
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "dataplane", "dev", "--port", str(port), "--otlp", endpoint],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        await wait_until(
+            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
+        )
+        text = out.read_text()
+        assert proc.poll() is None, text
+        assert f"OTLP:           {endpoint}" in text, text
+        metrics = dict(re.findall(r"^    (\S+)\s+(http://127\.0\.0\.1:\d+/metrics)$", text, re.M))
+        running = re.search(r"Running:\s+(.*)", text).group(1).split(", ")  # type: ignore[union-attr]
+        assert sorted(metrics) == sorted(running), text
+        assert {"bff", "capcom", "worker-probe", "worker-users"} <= set(metrics), text
+        assert len(set(metrics.values())) == len(metrics)  # a port each
+        token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            resp = await http.post(
+                "/api/probe/q",
+                json={"operation": "echo", "params": {"value": 1}},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert resp.status_code == 202, resp.text
+            with trio.fail_after(30):
+                await poll_until_done(http, resp.json()["pollUrl"])
+            for name, url in metrics.items():
+                scrape = await http.get(url)
+                assert scrape.status_code == 200, (name, scrape.text)
+                await promtool_check(scrape.text, name)
+                if name.startswith("worker-"):
+                    assert "dataplane_jobs_total{" in scrape.text, name
+            # The probe worker ran the job: its own endpoint says so.
+            probe = (await http.get(metrics["worker-probe"])).text
+            assert re.search(
+                r'dataplane_jobs_total\{[^}]*dataplane_outcome="done"[^}]*\} 1\.0', probe
+            )
+
+        def services() -> set[str]:
+            return {service for service, _span in received.spans}
+
+        await wait_until(lambda: {"dataplane-bff", "dataplane-worker"} <= services(), within=30)
+        logs = "".join(
+            p.read_text(errors="replace") for p in (tmp_path / ".dataplane" / "logs").iterdir()
+        )
+        assert "address already in use" not in logs.lower()
+        assert "exited with status" not in out.read_text()  # no child restarted
+
+        proc.send_signal(signal.SIGINT)  # how fast it stops: the test above
+        with trio.fail_after(30):
+            await proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
