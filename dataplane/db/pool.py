@@ -6,6 +6,11 @@ operation, under a call timeout, and returns the connection only if it is known
 clean. A connection that failed, timed out or was cancelled mid-call is closed,
 never reused; a dropped connection also flushes the idle ones, which most likely
 died with it.
+
+Tracing (:mod:`dataplane.observability.tracing`): a statement is a client span
+only inside a trace — live under the current recording span, or recorded after the
+fact in the traces a ``parents`` callback names from its rows — so with the no-op
+tracer, or outside any trace, it costs one context lookup.
 """
 
 from __future__ import annotations

@@ -265,6 +265,7 @@ class JobExecutor:
                 job.type,
                 job.dequeue_count,
             )
+            failed(span, "FENCED_OUT", "the claim was lost: the result was dropped")
             running.lost = True
             return JobResult(Outcome.LOST, operation, cache)
         except DatabaseError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from psycopg.conninfo import conninfo_to_dict
 
@@ -42,6 +43,8 @@ class Stack:
     bff: BffProcess
     worker: WorkerProcess
     capcom: BffProcess
+    worker_env: dict[str, str]
+    spawn: Callable[[], Any]  # another worker, as the first
 
 
 @pytest.fixture
@@ -61,20 +64,22 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
         bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
         started.append(bff)
         await capcom.wait_ready()
-        proc = WorkerProcess(
-            {
-                **env,
-                "SURFACE_QUEUE_TYPE": queue_type,
-                "CAPCOM_URL": capcom.base,
-                "CAPCOM_TOKEN": CAPCOM_TOKEN,
-                **worker,
-            },
-            str(tmp_path / "worker.log"),
-        )
-        started.append(proc)
+        worker_env = {
+            **env,
+            "SURFACE_QUEUE_TYPE": queue_type,
+            "CAPCOM_URL": capcom.base,
+            "CAPCOM_TOKEN": CAPCOM_TOKEN,
+            **worker,
+        }
+
+        async def spawn() -> WorkerProcess:
+            proc = WorkerProcess(worker_env, str(tmp_path / f"worker-{len(started)}.log"))
+            started.append(proc)
+            await proc.wait_ready()
+            return proc
+
         await bff.wait_ready()
-        await proc.wait_ready()
-        return Stack(bff, proc, capcom)
+        return Stack(bff, await spawn(), capcom, worker_env, spawn)
 
     yield start
     for proc in started:
@@ -297,3 +302,51 @@ async def test_a_client_db_worker_boots_without_a_trace_and_names_its_statements
     # The read-only proof and the other boot checks made no trace of their own.
     _assert_no_stray_roots(received)
     assert not any(x.name == "ro_write_privileges" for _, x in received.spans)
+
+
+async def test_a_redrive_after_a_crash_is_in_the_request_trace(
+    otlp: tuple[str, Received], stack: Callable[..., Any], db: Database
+) -> None:
+    """The worker running the first attempt dies; the lease lapses, another worker
+    claims the row again, and that attempt too is a child of the request's trace."""
+    endpoint, received = otlp
+    s = await stack(
+        endpoint,
+        MAESTRO_LEASE_SECONDS="1",
+        MAESTRO_RENEW_SECONDS="0.3",
+        DATAPLANE_MAX_HANDLER_SECONDS="30",
+    )
+    async with httpx.AsyncClient(base_url=s.bff.base, timeout=30) as http:
+        resp = await http.post(
+            "/api/probe/q",
+            json={"operation": "sleep", "params": {"ms": 1500}},
+            headers=bearer(STAFF),
+        )
+        assert resp.status_code == 202, resp.text
+        job_id = resp.json()["jobId"]
+
+        async def running() -> bool:
+            row = await db.fetchone(
+                "SELECT status FROM maestro_queues WHERE id = %(id)s", {"id": job_id}
+            )
+            return row is not None and row["status"] == "in_progress"
+
+        await wait_until(running, within=10)
+        s.worker.proc.kill()  # the first attempt's spans die with it
+        await trio.to_thread.run_sync(s.worker.proc.wait)
+        await s.spawn()
+        _, _, events = await read_sse(http, resp.json()["streamUrl"])
+        assert events[-1].name == "done", events
+
+    await wait_until(lambda: len(_attempts(received, job_id)) == 1, within=20)
+    (_, send), *_ = _of_job(received, job_id, "send surface-probe")
+    (redrive,) = _attempts(received, job_id)
+    assert attrs(redrive)["dataplane.attempt"] == 2
+    assert redrive.trace_id == send.trace_id and redrive.parent_span_id == send.span_id
+    waits = [w for _, w in _of_job(received, job_id, "wait surface-probe")]
+    (wait,) = [w for w in waits if attrs(w)["dataplane.attempt"] == 2]
+    assert wait.trace_id == send.trace_id and wait.parent_span_id == send.span_id
+    # The second wait began when the first attempt's lease lapsed, a second after it.
+    assert attrs(wait)["dataplane.queue_wait_ms"] >= attrs(wait)["dataplane.ready_wait_ms"]
+    assert wait.start_time_unix_nano >= send.end_time_unix_nano + 900_000_000
+    _assert_no_stray_roots(received)
