@@ -259,8 +259,7 @@ class JobExecutor:
             await self._finish(running, completion)
         except LeaseLost:
             log.warning(
-                "job %s (%s, attempt %d): completion fenced out, the claim was lost; "
-                "result dropped",
+                "job %s (%s, attempt %d): lease lost, its completion fenced out; result dropped",
                 job.id,
                 job.type,
                 job.dequeue_count,
@@ -400,7 +399,7 @@ class JobExecutor:
             )
         except LeaseLost:
             log.warning(
-                "job %s (%s, attempt %d): failure write fenced out, the claim was lost",
+                "job %s (%s, attempt %d): lease lost, its failure write fenced out",
                 job.id,
                 job.type,
                 job.dequeue_count,
