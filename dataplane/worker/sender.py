@@ -106,10 +106,6 @@ class CapcomSender:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         parts = urlsplit(base_url)
-        self._server: dict[str, Any] = {
-            "server.address": parts.hostname or "",
-            "server.port": parts.port or 80,
-        }
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise InvalidArgument(f"capcom URL must be http(s)://host[:port], got {base_url!r}")
         if queue_size < 1 or max_batch < 1:
@@ -119,6 +115,11 @@ class CapcomSender:
         if not 0 < retry_start <= retry_max:
             raise InvalidArgument("retry_start must be > 0 and <= retry_max")
         self.url = base_url.rstrip("/") + PATH
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidArgument(f"capcom URL has a bad port: {base_url!r}") from None
+        self._server: dict[str, Any] = {"server.address": parts.hostname or "", "server.port": port}
         self.token = token
         self.timeout = timeout
         self.log_every = log_every

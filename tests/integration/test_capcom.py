@@ -551,7 +551,7 @@ async def test_shutdown_while_capcom_hangs_is_bounded(nursery: trio.Nursery) -> 
 def test_the_constructor_refuses_what_cannot_work() -> None:
     from dataplane.errors import InvalidArgument
 
-    for url in ("", "capcom:8080", "ftp://capcom", "http://"):
+    for url in ("", "capcom:8080", "ftp://capcom", "http://", "http://capcom:port"):
         with pytest.raises(InvalidArgument):
             CapcomSender(url, TOKEN)
     with pytest.raises(InvalidArgument):
