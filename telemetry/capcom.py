@@ -8,6 +8,9 @@ Served by ``hypercorn -k trio telemetry.capcom:app``. Routes::
     GET  /readyz                configured and the database answers
     GET  /metrics               Prometheus text, when DATAPLANE_METRICS=1 (404 otherwise)
 
+A report POST is an HTTP server span in the sender's trace (its ``traceparent``
+header), its INSERT a client span under it.
+
 Configuration (environment, read once at startup): ``CAPCOM_TOKEN``, the bearer token
 every worker shares; ``CAPCOM_DB_URL``, the database holding ``worker_runs``, by
 default ``MAESTRO_QUEUES_URL``.
@@ -34,9 +37,11 @@ so an INSERT is all-or-nothing and a report is stored at most once.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -52,11 +57,13 @@ from dataplane.edge import (
     install_error_handlers,
     json_response,
     prometheus_response,
+    server_span,
 )
 from dataplane.errors import DatabaseError, DatabaseUnavailable
 from dataplane.observability.metrics import initialise, instruments
 from dataplane.observability.otel import Telemetry, prometheus_text, setup_telemetry
 from dataplane.observability.report import ReportError, check_reports, insert_params
+from dataplane.observability.tracing import continued_from
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +172,8 @@ def create_app() -> QuartTrio:
         return prometheus_response(prometheus_text())
 
     @app.post(ROUTE)
+    @_in_senders_trace
+    @server_span(ROUTE)
     async def job_finished() -> Response:
         if state.token is None:
             raise ApiError(503, "capcom is not configured: set CAPCOM_TOKEN", "NOT_CONFIGURED")
@@ -185,6 +194,17 @@ def create_app() -> QuartTrio:
         return Response("", status=204)
 
     return app
+
+
+def _in_senders_trace(fn: Callable[[], Awaitable[Response]]) -> Callable[[], Awaitable[Response]]:
+    """Run the route in the trace the request's ``traceparent`` names (the sender's)."""
+
+    @functools.wraps(fn)
+    async def wrapper() -> Response:
+        with continued_from(request.headers):
+            return await fn()
+
+    return wrapper
 
 
 def _authorize(expected: str) -> None:

@@ -163,7 +163,13 @@ class BffProcess:
     """A real ``hypercorn -k trio dataplane.app:app`` child process."""
 
     def __init__(
-        self, env: Mapping[str, str], log_path: str, *, port: int, args: tuple[str, ...] = ()
+        self,
+        env: Mapping[str, str],
+        log_path: str,
+        *,
+        port: int,
+        args: tuple[str, ...] = (),
+        app: str = "dataplane.app:app",  # or telemetry.capcom:app, also with /readyz
     ) -> None:
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
@@ -177,7 +183,7 @@ class BffProcess:
                 "-b",
                 f"127.0.0.1:{port}",
                 *args,
-                "dataplane.app:app",
+                app,
             ],
             env={**os.environ, **env},
             stdout=self._log,

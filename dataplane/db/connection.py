@@ -42,7 +42,7 @@ class DatabaseConfig:
     call_timeout: float = CALL_TIMEOUT
     application_name: str = "dataplane"
     read_only: bool = False  # every transaction read-only (client DBs, belt and braces)
-    trace_statements: bool = False  # a client span per statement (the client DB's queries)
+    trace_query_text: bool = False  # statement spans carry db.query.text (the client DB's)
 
     def __post_init__(self) -> None:
         if not self.dsn:

@@ -6,19 +6,27 @@ operation, under a call timeout, and returns the connection only if it is known
 clean. A connection that failed, timed out or was cancelled mid-call is closed,
 never reused; a dropped connection also flushes the idle ones, which most likely
 died with it.
+
+Tracing (:mod:`dataplane.observability.tracing`): a statement is a client span
+only inside a trace — live under the current recording span, or recorded after the
+fact in the traces a ``parents`` callback names from its rows — so with the no-op
+tracer, or outside any trace, it costs one context lookup.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 import trio
+from opentelemetry.context import Context
 from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow
 
 from dataplane.db.bridge import current_loop, run_on_loop
@@ -31,13 +39,30 @@ from dataplane.db.connection import (
     translate,
 )
 from dataplane.db.listener import Listener
-from dataplane.errors import DatabaseUnavailable, PoolTimeout
+from dataplane.db.sql import statement_name
+from dataplane.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
 from dataplane.observability.metrics import track_pool
-from dataplane.observability.tracing import statement_span
+from dataplane.observability.tracing import (
+    Statement,
+    db_attributes,
+    db_target,
+    describe,
+    failed,
+    in_trace,
+    record_statement,
+    statement_span,
+    tracing_on,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Which traces a statement served, from its rows (None when it failed): for a
+# statement run outside any span (a claim, a batch of completions), one span is
+# recorded in each of them after the fact.
+Parents = Callable[[Any], Iterable[Context | None]]
+MAX_DESCRIBED = 256  # statement texts whose span attributes are kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +101,8 @@ class Database:
         self._slots = trio.Semaphore(config.pool_size)
         self._counters = _PoolCounters()
         self._closed = False
+        self._target: dict[str, Any] | None = None  # db.namespace, server.address, ...
+        self._described: dict[str, tuple[Statement, dict[str, Any]]] = {}
         track_pool(self, config.application_name)
 
     async def run(
@@ -115,26 +142,102 @@ class Database:
             self._release(conn, reusable=clean)
 
     async def fetchall(
-        self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
+        self,
+        query: pgsql.Composable | str,
+        params: dict[str, Any] | None = None,
+        *,
+        parents: Parents | None = None,
+        **kw: Any,
     ) -> list[DictRow]:
-        """Execute one statement and return all its rows."""
-        if self.config.trace_statements:
-            with statement_span(query):
-                return await self.run(_fetchall, query, params, **kw)
-        return await self.run(_fetchall, query, params, **kw)
+        """Execute one statement and return all its rows.
+
+        Traced (a client span) inside a recording span, or in the traces ``parents``
+        names from the rows (see :data:`Parents`); untraced otherwise.
+        """
+        if parents is None and not in_trace():
+            return await self.run(_fetchall, query, params, **kw)
+        return await self._traced(_fetchall, query, params, parents, kw)
 
     async def fetchone(
-        self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
+        self,
+        query: pgsql.Composable | str,
+        params: dict[str, Any] | None = None,
+        *,
+        parents: Parents | None = None,
+        **kw: Any,
     ) -> DictRow | None:
         """Execute one statement and return its first row, if any."""
-        rows = await self.fetchall(query, params, **kw)
+        rows = await self.fetchall(query, params, parents=parents, **kw)
         return rows[0] if rows else None
 
     async def execute(
         self, query: pgsql.Composable | str, params: dict[str, Any] | None = None, **kw: Any
     ) -> int:
-        """Execute one statement; return its row count."""
-        return await self.run(_execute, query, params, **kw)
+        """Execute one statement; return its row count (traced as :meth:`fetchall`)."""
+        if not in_trace():
+            return await self.run(_execute, query, params, **kw)
+        return await self._traced(_execute, query, params, None, kw)
+
+    async def _traced(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        query: pgsql.Composable | str,
+        params: dict[str, Any] | None,
+        parents: Parents | None,
+        kw: dict[str, Any],
+    ) -> T:
+        """Run one statement in its client span (live, or recorded in ``parents``)."""
+        if parents is not None and not tracing_on():
+            return await self.run(fn, query, params, **kw)
+        statement, attrs = self._describe(query)
+        if parents is None:
+            with statement_span(statement, attrs) as span:
+                try:
+                    return await self.run(fn, query, params, **kw)
+                except DatabaseError as exc:
+                    failed(span, type(exc).__name__, str(exc))
+                    if exc.sqlstate:
+                        span.set_attribute("db.response.status_code", exc.sqlstate)
+                    raise
+        start = time.time_ns()
+        try:
+            result = await self.run(fn, query, params, **kw)
+        except DatabaseError as exc:
+            record_statement(statement, attrs, parents(None), start, time.time_ns(), exc)
+            raise
+        record_statement(statement, attrs, parents(result), start, time.time_ns())
+        return result
+
+    def _describe(self, query: pgsql.Composable | str) -> tuple[Statement, dict[str, Any]]:
+        """A statement's span name and attributes (worked out once per text)."""
+        text = query if isinstance(query, str) else None
+        if text is not None and (found := self._described.get(text)) is not None:
+            return found
+        if text is None:
+            statement = Statement("SQL", "SQL")
+        else:
+            statement = describe(text, statement_name(text))
+        target = self._target if self._target is not None else self._db_target()
+        shown = text if self.config.trace_query_text else None
+        described = statement, db_attributes(statement, target, shown)
+        if text is not None:
+            if len(self._described) >= MAX_DESCRIBED:
+                self._described.clear()
+            self._described[text] = described
+        return described
+
+    def _db_target(self) -> dict[str, Any]:
+        try:
+            info = conninfo_to_dict(self.config.dsn)
+        except psycopg.Error:
+            info = {}
+        port = str(info.get("port") or "5432")
+        self._target = db_target(
+            str(info.get("dbname") or info.get("user") or "") or None,
+            str(info.get("host") or "") or None,
+            int(port) if port.isdigit() else None,
+        )
+        return self._target
 
     def statistics(self) -> PoolStatistics:
         size = self.config.pool_size

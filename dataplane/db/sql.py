@@ -14,6 +14,18 @@ from pathlib import Path
 from typing import LiteralString
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_NAMES: dict[str, str] = {}  # statement text -> its name, for spans (every loaded file)
+
+
+def statement_name(text: str) -> str | None:
+    """The name of a loaded statement (``job_claim``), None for any other text."""
+    return _NAMES.get(text)
+
+
+def _named(found: dict[str, LiteralString]) -> dict[str, LiteralString]:
+    for name, body in found.items():
+        _NAMES.setdefault(body, name)
+    return found
 
 
 def sql_root() -> Path:
@@ -53,7 +65,7 @@ def queries() -> dict[str, LiteralString]:
             if name in found:
                 raise ValueError(f"{path.name}: query {name!r} also defined in another file")
             found[name] = body
-    return found
+    return _named(found)
 
 
 def q(name: str) -> LiteralString:
@@ -84,7 +96,7 @@ class NamedQueries:
                     if key in found:
                         raise ValueError(f"{path.name}: query {key!r} also defined in another file")
                     found[key] = body
-            self._queries = found
+            self._queries = _named(found)
         try:
             return self._queries[name]
         except KeyError:

@@ -3,7 +3,8 @@
 :func:`setup_telemetry` installs a tracer provider and a meter provider whose
 resource names the process (``dataplane-bff``, ``dataplane-worker`` with the
 surface as ``dataplane.surface``, ``dataplane-capcom``; ``OTEL_SERVICE_NAME``
-wins). Exporters are attached only when asked for:
+wins), its ``service.version`` (the package's) and ``service.instance.id``, its
+host and its pid. Exporters are attached only when asked for:
 
 * OTLP, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the per-signal
   ``..._TRACES_ENDPOINT`` / ``..._METRICS_ENDPOINT``) is set, over
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -87,9 +89,7 @@ def setup_telemetry(
     if not (traces_endpoint or metrics_endpoint or prometheus):
         return telemetry  # the API's no-op providers: nothing exported, nearly free
 
-    from opentelemetry.sdk.resources import Resource
-
-    resource = Resource.create({"service.name": service, **(attributes or {})})
+    resource = _resource(service, attributes)
     grpc = config.protocol == "grpc"
 
     if traces_endpoint:
@@ -142,6 +142,36 @@ def setup_telemetry(
         "on" if telemetry.prometheus else "off",
     )
     return telemetry
+
+
+def _resource(service: str, attributes: Mapping[str, str] | None) -> Any:
+    """The process's resource: its service (name, version, instance id), host and pid.
+
+    The SDK's detectors find the host (``host.name``, ``host.arch``), the process
+    (``process.pid``, its runtime and command) and a random ``service.instance.id``;
+    ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` still win over them.
+    """
+    from opentelemetry.sdk.resources import (
+        ProcessResourceDetector,
+        Resource,
+        ServiceInstanceIdResourceDetector,
+        get_aggregated_resources,
+    )
+
+    detectors: list[Any] = [ProcessResourceDetector(), ServiceInstanceIdResourceDetector()]
+    host = entry_points(group="opentelemetry_resource_detector", name="host")
+    for ep in host:  # the SDK's host detector, published only by its entry point name
+        detectors.append(ep.load()())
+    detected = get_aggregated_resources(detectors, Resource.get_empty())
+    ours = {"service.name": service, "service.version": _version(), **(attributes or {})}
+    return detected.merge(Resource.create(ours))
+
+
+def _version() -> str:
+    try:
+        return version("dataplane")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def prometheus_text() -> bytes:

@@ -5,7 +5,8 @@
 come the sender's JSON encoding (:func:`encode_report`), the receiver's checks
 (:func:`check_report`, :func:`check_reports`) and the ``worker_run_insert``
 parameters (:func:`insert_params`). The SQL statement names the same columns; a
-test holds the two together.
+test holds the two together. ``trace_id`` (the attempt's trace, 32 lowercase hex
+digits, or null) is optional: a report without it is stored with none.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ INT4_MAX = 2**31 - 1
 INT8_MAX = 2**63 - 1
 MAX_UNIX_SECONDS = 253_402_300_799.0  # 9999-12-31T23:59:59Z, Postgres' usable range
 MAX_BATCH = 100  # reports one POST may carry
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class Outcome(enum.StrEnum):
@@ -124,6 +127,14 @@ def _unix_seconds(value: Any) -> float:
     return number
 
 
+def _trace_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TRACE_ID.fullmatch(value) or not value.strip("0"):
+        raise ReportError("expected 32 lowercase hex digits (not all zero) or null")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class JobReport:
     """One finished job (a ``worker_runs`` row), fields in column order."""
@@ -141,11 +152,13 @@ class JobReport:
     dequeue_count: int = field(metadata={"check": _integer(INT4_MAX)})
     worker_id: str = field(metadata={"check": _text})
     finished_at: float = field(metadata={"check": _unix_seconds})  # unix seconds
+    trace_id: str | None = field(default=None, metadata={"check": _trace_id, "optional": True})
 
 
 FIELDS: dict[str, Callable[[Any], Any]] = {
     f.name: f.metadata["check"] for f in dataclasses.fields(JobReport)
 }
+OPTIONAL = frozenset(f.name for f in dataclasses.fields(JobReport) if f.metadata.get("optional"))
 
 
 def encode_report(report: JobReport) -> bytes:
@@ -161,13 +174,13 @@ def check_report(body: Any, *, where: str = "report") -> dict[str, Any]:
     unknown = sorted(set(body) - FIELDS.keys())
     if unknown:
         raise ReportError(f"{where}: unknown field(s): {', '.join(unknown)}")
-    missing = [name for name in FIELDS if name not in body]
+    missing = [name for name in FIELDS if name not in body and name not in OPTIONAL]
     if missing:
         raise ReportError(f"{where}: missing field(s): {', '.join(missing)}")
     checked: dict[str, Any] = {}
     for name, check in FIELDS.items():
         try:
-            checked[name] = check(body[name])
+            checked[name] = check(body.get(name))
         except ReportError as exc:
             raise ReportError(f"{where}.{name}: {exc}") from None
     return checked

@@ -29,10 +29,12 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry.context import Context
 from psycopg.rows import DictRow
 
 from dataplane.db import Database, check_channel, q
 from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.observability.tracing import context_from
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.records import (
     Blob,
@@ -126,6 +128,7 @@ class QueueClient:
         rows = await self.db.fetchall(
             q("job_claim"),
             {"type": type_name, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
+            parents=_claimed_traces,
         )
         jobs = [_claimed(row, worker_id) for row in rows]
         jobs.sort(key=lambda j: j.created_at)
@@ -184,6 +187,7 @@ class QueueClient:
                 "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
                 "blob_ttl_seconds": self.config.blob_ttl_seconds,
             },
+            parents=lambda _: [c.trace for c in completions],
         )
         return {row["id"] for row in rows}
 
@@ -347,6 +351,15 @@ def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:
         created_at=row["created_at"],
         expires_at=row["expires_at"],
     )
+
+
+def _claimed_traces(rows: list[DictRow] | None) -> list[Context | None]:
+    """The request traces a claim served: each claimed row's producer context."""
+    out: list[Context | None] = []
+    for row in rows or ():
+        payload = row["payload"]
+        out.append(context_from(payload.get("traceparent") if isinstance(payload, dict) else None))
+    return out
 
 
 def _claimed(row: DictRow, worker_id: str) -> ClaimedJob:

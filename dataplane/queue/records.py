@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.context import Context
+
 from dataplane.errors import InvalidArgument
 
 
@@ -119,6 +121,7 @@ class Completion:
     job: ClaimedJob
     result: Any
     blob: Blob | None = None
+    trace: Context | None = None  # the settle span its statement is traced under
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,19 @@ claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
 cancelled by shutdown past the grace period is handed back, ``released``. A
 queue DB out of reach when the outcome is written leaves the row to its lease.
 
-Each job runs in its ``process`` span, records its metrics, and gives the
-reporter one :class:`~dataplane.observability.report.JobReport`.
+Each attempt runs in its ``process`` span, a child of the request's producer
+context on every attempt (retries and re-drives included), after a ``wait`` span
+recorded from the row's timestamps (claimable -> claimed). A failed attempt's span
+is ERROR with ``error.type``; a poisoning attempt, a lost lease and a fenced-out
+write add a ``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line
+naming the job, its type and attempt). Each attempt records its metrics and gives
+the reporter one :class:`~dataplane.observability.report.JobReport`, carrying
+its trace id.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
 from dataplane.db import Database
@@ -40,7 +48,16 @@ from dataplane.observability.metrics import (
     process_attributes,
 )
 from dataplane.observability.report import CacheStatus, JobReport, Outcome
-from dataplane.observability.tracing import context_from, links_to, messaging, tracer
+from dataplane.observability.tracing import (
+    context_from,
+    context_of,
+    failed,
+    messaging,
+    record_span,
+    trace_id_hex,
+    tracer,
+    tracing_on,
+)
 from dataplane.queue import Blob, ClaimedJob, Completion, JsonText, QueueClient, to_json
 from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
 from dataplane.worker.cache import SingleFlight, TtlCache
@@ -109,9 +126,10 @@ class JobExecutor:
         job = running.job
         started, cpu_started = time.perf_counter(), time.process_time()
         result = JobResult(Outcome.RELEASED)
+        span = self._process_span(job)
         try:
             with running.scope:
-                result = await self._traced(running)
+                result = await self._traced(running, span)
             if running.lost:
                 result = JobResult(
                     Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
@@ -124,7 +142,12 @@ class JobExecutor:
             self.held.remove(running)
             self.on_finished()
             if self.reporter is not None:  # else no report at all: RSS reads /proc
-                self.reporter.report(_report(job, result, started, cpu_started))
+                trace_id = trace_id_hex(span)  # None when tracing is off
+                report = _report(job, result, started, cpu_started, trace_id)
+                if trace_id is None:
+                    self.reporter.report(report)
+                else:
+                    self.reporter.report(report, parent=context_of(span))
 
     async def _release(self, job: ClaimedJob) -> None:
         """Cancelled by shutdown past the grace period: hand the row back (shielded)."""
@@ -135,27 +158,57 @@ class JobExecutor:
             except DatabaseError as exc:
                 log.warning("job %s: release failed (%s); its lease will lapse", job.id, exc)
 
-    async def _traced(self, running: Running) -> JobResult:
+    def _process_span(self, job: ClaimedJob) -> Span:
+        """The attempt's ``process`` span (not yet current), after its ``wait`` span.
+
+        Both are children of the request's producer context on every attempt; the
+        wait, from when the row became claimable to its claim, is recorded from the
+        row's timestamps. Nothing is built when tracing is off.
+        """
+        if not tracing_on():
+            return trace.INVALID_SPAN
+        traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
+        parent = context_from(traceparent)
+        job_id = str(job.id)
+        waits: dict[str, Any] = {
+            "queue_wait_ms": round(job.queue_wait_ms, 3),
+            "ready_wait_ms": round(job.ready_wait_ms, 3),
+            "attempt": job.dequeue_count,
+        }
+        if parent is not None:  # a wait outside the request's trace would be an orphan
+            record_span(
+                f"wait {job.type}",
+                parent,
+                job.ready_at,
+                job.claimed_at,
+                attributes=messaging("receive", job.type, job_id, operation_name="wait", **waits),
+            )
+        attrs = {
+            **messaging(
+                "process",
+                job.type,
+                job_id,
+                surface=self.surface.id,
+                dequeue_count=job.dequeue_count,
+                **waits,
+            ),
+            "messaging.message.delivery_count": job.dequeue_count,
+        }
+        return tracer().start_span(
+            f"process {job.type}", context=parent, kind=SpanKind.CONSUMER, attributes=attrs
+        )
+
+    async def _traced(self, running: Running, span: Span) -> JobResult:
         """Run one job inside its ``process`` span; record its metrics."""
         job = running.job
-        traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
-        first = job.dequeue_count == 1
-        attrs = messaging(
-            "process",
-            job.type,
-            str(job.id),
-            surface=self.surface.id,
-            queue_wait_ms=round(job.queue_wait_ms, 3),
-            dequeue_count=job.dequeue_count,
-        )
-        with tracer().start_as_current_span(
-            f"process {job.type}",
-            context=context_from(traceparent) if first else None,
-            kind=SpanKind.CONSUMER,
-            links=[] if first else links_to(traceparent),
-            attributes=attrs,
-        ) as span:
-            result = await self._execute(running, span)
+        with trace.use_span(span, end_on_exit=True):
+            try:
+                result = await self._execute(running, span)
+            except trio.Cancelled:
+                if running.lost and span.is_recording():
+                    span.add_event("LEASE_LOST", _attempt(job))
+                    failed(span, "LEASE_LOST", "a renewal found the claim gone")
+                raise
             span.set_attributes(
                 {
                     "dataplane.operation": result.operation,
@@ -213,12 +266,21 @@ class JobExecutor:
                 False,
             )
         except Exception as exc:
-            outcome = await self._fail(running, exc)
+            if span.is_recording():
+                span.record_exception(exc)
+                failed(span, _error_type(exc), f"{type(exc).__name__}: {exc}")
+            outcome = await self._fail(running, exc, span)
             return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
         try:
             await self._finish(running, completion)
         except LeaseLost:
-            log.warning("job %s: lease lost before completion; result dropped", job.id)
+            log.warning(
+                "job %s (%s, attempt %d): lease lost, its completion fenced out; result dropped",
+                job.id,
+                job.type,
+                job.dequeue_count,
+            )
+            failed(span, "FENCED_OUT", "the claim was lost: the result was dropped")
             instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "complete"})
             running.lost = True
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
@@ -319,15 +381,23 @@ class JobExecutor:
         try:
             with tracer().start_as_current_span(
                 f"complete {job.type}",
-                attributes=messaging("settle", job.type, str(job.id)),
-            ):
-                await self.completer.complete(completion)
+                kind=SpanKind.CLIENT,
+                attributes=messaging("settle", job.type, str(job.id), operation_name="complete"),
+            ) as span:
+                if span.is_recording():  # its statement is traced under this span
+                    completion = dataclasses.replace(completion, trace=context_of(span))
+                try:
+                    await self.completer.complete(completion)
+                except LeaseLost:
+                    span.add_event("FENCED_OUT", _attempt(job))
+                    failed(span, "FENCED_OUT", "the claim was lost: the write was refused")
+                    raise
         except LeaseLost:
             running.finished = True
             raise
         running.finished = True
 
-    async def _fail(self, running: Running, exc: Exception) -> Outcome:
+    async def _fail(self, running: Running, exc: Exception, span: Span) -> Outcome:
         job = running.job
         log.warning(
             "job %s (attempt %d/%d) failed: %r",
@@ -346,6 +416,13 @@ class JobExecutor:
             )
         except LeaseLost:
             instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "fail"})
+            log.warning(
+                "job %s (%s, attempt %d): lease lost, its failure write fenced out",
+                job.id,
+                job.type,
+                job.dequeue_count,
+            )
+            span.add_event("FENCED_OUT", _attempt(job))
             running.finished = running.lost = True
             return Outcome.LOST
         except DatabaseError as db_exc:
@@ -354,10 +431,32 @@ class JobExecutor:
             return Outcome.FAILED
         running.finished = True
         if status == "poison":
+            log.warning(
+                "job %s (%s, attempt %d/%d): poisoned after %s",
+                job.id,
+                job.type,
+                job.dequeue_count,
+                job.max_dequeues,
+                _error_type(exc),
+            )
+            if span.is_recording():
+                span.add_event(
+                    "POISON",
+                    {**_attempt(job), "error.type": _error_type(exc)},
+                )
             self.counters.poisoned += 1
             return Outcome.POISON
         self.counters.failed += 1
         return Outcome.FAILED
+
+
+def _attempt(job: ClaimedJob) -> dict[str, Any]:
+    return {"dataplane.attempt": job.dequeue_count, "dataplane.max_dequeues": job.max_dequeues}
+
+
+def _error_type(exc: BaseException) -> str:
+    """``error.type`` of a failed attempt: ``TIMEOUT``, else the exception's class."""
+    return "TIMEOUT" if isinstance(exc, HandlerTimeout) else type(exc).__name__
 
 
 class HandlerTimeout(Exception):
@@ -380,7 +479,9 @@ def _merge_json(rest: Mapping[str, Any], data_json: str) -> str:
     return '{"data":' + data_json + ("," + tail if tail else "") + "}"
 
 
-def _report(job: ClaimedJob, result: JobResult, started: float, cpu_started: float) -> JobReport:
+def _report(
+    job: ClaimedJob, result: JobResult, started: float, cpu_started: float, trace_id: str | None
+) -> JobReport:
     return JobReport(
         job_id=str(job.id),
         type=job.type,
@@ -395,4 +496,5 @@ def _report(job: ClaimedJob, result: JobResult, started: float, cpu_started: flo
         dequeue_count=job.dequeue_count,
         worker_id=job.worker_id,
         finished_at=time.time(),
+        trace_id=trace_id,
     )

@@ -50,7 +50,13 @@ class LeaseKeeper:
         self.renewals += 1
         for running in held:
             if running.job.id not in kept and not (running.finishing or running.finished):
-                log.warning("job %s: lease lost; cancelling its execution", running.job.id)
-                instruments().lease_lost.add(1, {QUEUE_TYPE: running.job.type})
+                job = running.job
+                log.warning(
+                    "job %s (%s, attempt %d): lease lost; cancelling its execution",
+                    job.id,
+                    job.type,
+                    job.dequeue_count,
+                )
+                instruments().lease_lost.add(1, {QUEUE_TYPE: job.type})
                 running.lost = True
                 running.scope.cancel()

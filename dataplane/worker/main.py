@@ -78,7 +78,7 @@ async def _serve_worker(
                 pool_size=worker_config.concurrency,
                 application_name=f"dataplane-worker-{surface.id}",
                 read_only=True,
-                trace_statements=True,
+                trace_query_text=True,
             )
             client_db = await stack.enter_async_context(open_database(client_cfg))
             await prove_read_only(client_db)

@@ -12,13 +12,19 @@ import os
 import resource
 from typing import Protocol
 
+from opentelemetry.context import Context
+
 from dataplane.observability.report import JobReport
 
 
 class Reporter(Protocol):
-    """Where finished-job reports go; ``report`` must never block or raise."""
+    """Where finished-job reports go; ``report`` must never block or raise.
 
-    def report(self, job: JobReport) -> None: ...
+    ``parent`` is the attempt's ``process`` span (when traced): a reporter that
+    sends the report on puts that send in the job's trace.
+    """
+
+    def report(self, job: JobReport, *, parent: Context | None = None) -> None: ...
 
 
 def rss_bytes() -> int:

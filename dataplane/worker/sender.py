@@ -31,6 +31,11 @@ and bounded by :data:`FLUSH_TIMEOUT` — skipped when capcom is already failing.
 
 A capcom that is down, refusing or hanging therefore costs a job nothing: the job
 path only ever does ``send_nowait``.
+
+Tracing: each POST is a client span in the trace of its batch's first report (the
+attempt's ``process`` span, given to :meth:`CapcomSender.report` as ``parent``),
+linked to the other reports' traces, and carries its ``traceparent`` header, so
+capcom's server span joins that trace. Reports without a parent make no span.
 """
 
 from __future__ import annotations
@@ -46,10 +51,14 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind
 
 from dataplane.errors import InvalidArgument
 from dataplane.observability.metrics import REASON, instruments
 from dataplane.observability.report import JobReport, encode_report
+from dataplane.observability.tracing import failed, inject_headers, tracer
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,8 @@ RETRY_START = 0.5  # seconds of back-off after the first failed POST
 RETRY_MAX = 10.0  # back-off ceiling, seconds
 FLUSH_TIMEOUT = 1.0  # seconds the last POST on shutdown may take
 CLOSE_TIMEOUT = 1.0  # seconds to close the HTTP client on shutdown
+
+_Item = tuple[bytes, Context | None]  # an encoded report and its attempt's span
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +115,11 @@ class CapcomSender:
         if not 0 < retry_start <= retry_max:
             raise InvalidArgument("retry_start must be > 0 and <= retry_max")
         self.url = base_url.rstrip("/") + PATH
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidArgument(f"capcom URL has a bad port: {base_url!r}") from None
+        self._server: dict[str, Any] = {"server.address": parts.hostname or "", "server.port": port}
         self.token = token
         self.timeout = timeout
         self.log_every = log_every
@@ -112,8 +128,8 @@ class CapcomSender:
         self.retry_max = retry_max
         self._transport = transport
         self._send, self._recv = trio.open_memory_channel[Any](queue_size)
-        self._carry: bytes | None = None  # encoded, taken but not fitting the last batch
-        self._unsent: list[bytes] = []  # a batch taken when the shutdown came
+        self._carry: _Item | None = None  # encoded, taken but not fitting the last batch
+        self._unsent: list[_Item] = []  # a batch taken when the shutdown came
         self._sent = 0
         self._posts = 0
         self._failed_posts = 0
@@ -125,10 +141,10 @@ class CapcomSender:
 
     # -- the job path ---------------------------------------------------------
 
-    def report(self, job: JobReport) -> None:
+    def report(self, job: JobReport, *, parent: Context | None = None) -> None:
         """Queue ``job`` for posting; never blocks, never raises."""
         try:
-            self._send.send_nowait(job)
+            self._send.send_nowait((job, parent))
         except trio.WouldBlock:
             self._drop("queue_full", 1)
         except Exception:  # closed channel, or anything else: still not the job's problem
@@ -182,16 +198,16 @@ class CapcomSender:
                     await client.aclose()
                 self._log_drops(force=True)
 
-    async def _next_batch(self) -> list[bytes]:
+    async def _next_batch(self) -> list[_Item]:
         """What is queued, encoded; waits for a first report at most ``log_every``."""
         if self._carry is None:
             with trio.move_on_after(self.log_every or LOG_EVERY):
                 self._carry = self._encode(await self._recv.receive())
         return self._take_batch()
 
-    def _take_batch(self) -> list[bytes]:
+    def _take_batch(self) -> list[_Item]:
         """What is queued now, encoded, within the batch limits (never waits)."""
-        batch: list[bytes] = []
+        batch: list[_Item] = []
         size = 2  # the brackets
         while self._carry is not None or len(batch) < self.max_batch:
             if self._carry is None:
@@ -201,28 +217,33 @@ class CapcomSender:
                     break
                 continue
             item = self._carry
-            if batch and (len(batch) >= self.max_batch or size + len(item) > MAX_BATCH_BYTES):
+            n = len(item[0])
+            if batch and (len(batch) >= self.max_batch or size + n > MAX_BATCH_BYTES):
                 break  # it opens the next batch
             self._carry = None
-            if size + len(item) > MAX_BATCH_BYTES:
-                self._drop("invalid", 1, f"a report of {len(item)} bytes is over the body limit")
+            if size + n > MAX_BATCH_BYTES:
+                self._drop("invalid", 1, f"a report of {n} bytes is over the body limit")
                 continue
             batch.append(item)
-            size += len(item) + 1
+            size += n + 1
         return batch
 
-    def _encode(self, job: Any) -> bytes | None:
+    def _encode(self, item: Any) -> _Item | None:
+        job, parent = item
         try:
-            return encode_report(job)
+            return encode_report(job), parent
         except (AttributeError, TypeError, ValueError) as exc:
             self._drop("invalid", 1, f"a report cannot be encoded: {exc}")
             return None
 
-    async def _post(self, client: httpx.AsyncClient, batch: list[bytes]) -> bool:
+    async def _post(self, client: httpx.AsyncClient, batch: list[_Item]) -> bool:
         """One POST of ``batch``; True if capcom took it. Drops are counted here."""
         self._posts += 1
+        body = b"[" + b",".join(item for item, _ in batch) + b"]"
+        span = self._span([parent for _, parent in batch if parent is not None])
         try:
-            reason, detail = await self._attempt(client, b"[" + b",".join(batch) + b"]")
+            with trace.use_span(span, end_on_exit=True):
+                reason, detail = await self._attempt(client, body, span)
         except trio.Cancelled:  # shutdown mid-POST: they may or may not have arrived
             self._failed_posts += 1
             self._drop("shutdown", len(batch), "the worker stopped during a POST")
@@ -238,24 +259,48 @@ class CapcomSender:
         self._retry = min(self.retry_max, self._retry * 2) if self._retry else self.retry_start
         return False
 
-    async def _attempt(self, client: httpx.AsyncClient, body: bytes) -> tuple[str | None, str]:
+    def _span(self, parents: list[Context]) -> Span:
+        """The POST's client span, in the first report's trace (none without one)."""
+        if not parents:
+            return trace.INVALID_SPAN
+        links = [Link(trace.get_current_span(p).get_span_context()) for p in parents[1:]]
+        return tracer().start_span(
+            f"POST {PATH}",
+            context=parents[0],
+            kind=SpanKind.CLIENT,
+            links=links,
+            attributes={
+                "http.request.method": "POST",
+                "url.full": self.url,
+                **self._server,
+                "dataplane.reports": len(parents),
+            },
+        )
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, body: bytes, span: Span
+    ) -> tuple[str | None, str]:
         """POST ``body`` within the timeout: (None, "") or (drop reason, detail)."""
+        headers = inject_headers({}) if span.is_recording() else None
         with trio.move_on_after(self.timeout):
             try:
-                resp = await client.post(self.url, content=body)
+                resp = await client.post(self.url, content=body, headers=headers)
             except httpx.TimeoutException as exc:
-                return "timeout", f"{type(exc).__name__}: {exc}"
+                return _failed(span, "timeout", f"{type(exc).__name__}: {exc}")
             except httpx.ConnectError as exc:
-                return "refused", f"cannot connect to {self.url}: {exc}"
+                return _failed(span, "refused", f"cannot connect to {self.url}: {exc}")
             except httpx.HTTPError as exc:
-                return "error", f"{type(exc).__name__}: {exc}"
+                return _failed(span, "error", f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # a bug here must not take the worker down
                 log.exception("capcom: unexpected error posting to %s", self.url)
-                return "error", f"{type(exc).__name__}: {exc}"
+                return _failed(span, "error", f"{type(exc).__name__}: {exc}")
+            if span.is_recording():
+                span.set_attribute("http.response.status_code", resp.status_code)
             if resp.is_success:
                 return None, ""
-            return "rejected", f"HTTP {resp.status_code}: {resp.text[:200]}"
-        return "timeout", f"no answer within {self.timeout:g}s"
+            detail = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            return _failed(span, "rejected", detail, str(resp.status_code))
+        return _failed(span, "timeout", f"no answer within {self.timeout:g}s")
 
     async def _flush(self, client: httpx.AsyncClient) -> None:
         """Shutdown: one bounded POST of what is queued, unless capcom is failing."""
@@ -303,3 +348,9 @@ class CapcomSender:
             self._last_error or "-",
         )
         self._unlogged.clear()
+
+
+def _failed(span: Span, reason: str, detail: str, error_type: str | None = None) -> tuple[str, str]:
+    """A failed POST: its span marked (``error.type`` the status or the reason)."""
+    failed(span, error_type or reason, detail)
+    return reason, detail

@@ -104,17 +104,19 @@ async def test_one_trace_across_bff_and_worker(
     assert executing.parent_span_id == post.span_id
     assert executing.kind == Span.SpanKind.SPAN_KIND_PRODUCER
     assert post.kind == Span.SpanKind.SPAN_KIND_SERVER
-    assert process.parent_span_id == executing.span_id  # child on the first attempt
+    assert process.parent_span_id == executing.span_id  # child, as every attempt is
     assert process.kind == Span.SpanKind.SPAN_KIND_CONSUMER
     assert by_name["sleep handler"][1].parent_span_id == process.span_id
-    assert by_name["complete surface-probe"][1].parent_span_id == process.span_id
+    settle = by_name["complete surface-probe"][1]
+    assert settle.parent_span_id == process.span_id
+    assert settle.kind == Span.SpanKind.SPAN_KIND_CLIENT  # settling is a call to the queue
     notify_svc, notify = by_name["notify surface-probe"]
     assert notify_svc == "dataplane-bff" and notify.parent_span_id == executing.span_id
     assert by_name["SSE done"][1].parent_span_id == executing.span_id
 
     pa = attrs(process)
     assert pa["messaging.system"] == "postgresql"
-    assert pa["messaging.operation.type"] == "process"
+    assert pa["messaging.operation.type"] == pa["messaging.operation.name"] == "process"
     assert pa["messaging.destination.name"] == "surface-probe"
     assert pa["messaging.message.id"] == job_id
     assert pa["dataplane.surface"] == "probe" and pa["dataplane.operation"] == "sleep"

@@ -152,6 +152,19 @@ async def test_a_valid_report_is_one_worker_runs_row(http: httpx.AsyncClient, db
     for name in ("queue_wait_ms", "cache", "coalesced", "dequeue_count", "worker_id"):
         assert row[name] == body[name], name
     assert abs(float(row["unix"]) - body["finished_at"]) < 1e-3
+    assert row["trace_id"] is None  # sent without one
+
+
+async def test_a_report_keeps_its_trace_id_and_may_omit_it(
+    http: httpx.AsyncClient, db: Database
+) -> None:
+    trace_id = uuid.uuid4().hex
+    batch = [report_json(trace_id=trace_id), report_json(trace_id=None), report_json()]
+    del batch[2]["trace_id"]  # an older sender: the field is optional
+    resp = await http.post("/worker/job-finished", json=batch, headers=AUTH)
+    assert resp.status_code == 204, resp.text
+    rows = await db.fetchall("SELECT trace_id FROM worker_runs ORDER BY id")
+    assert [r["trace_id"] for r in rows] == [trace_id, None, None]
 
 
 async def test_a_batch_is_stored_whole_or_not_at_all(http: httpx.AsyncClient, db: Database) -> None:
@@ -219,6 +232,10 @@ BAD_FIELDS: list[tuple[str, Any]] = [
     ("finished_at", "2026-01-01T00:00:00Z"),
     ("finished_at", -5),
     ("finished_at", 1e20),
+    ("trace_id", "0af7651916cd43dd8448eb211c80319"),  # 31 digits
+    ("trace_id", "0AF7651916CD43DD8448EB211C80319C"),  # upper case
+    ("trace_id", "0" * 32),  # the invalid trace id
+    ("trace_id", 7),
 ]
 
 
@@ -534,7 +551,7 @@ async def test_shutdown_while_capcom_hangs_is_bounded(nursery: trio.Nursery) -> 
 def test_the_constructor_refuses_what_cannot_work() -> None:
     from dataplane.errors import InvalidArgument
 
-    for url in ("", "capcom:8080", "ftp://capcom", "http://"):
+    for url in ("", "capcom:8080", "ftp://capcom", "http://", "http://capcom:port"):
         with pytest.raises(InvalidArgument):
             CapcomSender(url, TOKEN)
     with pytest.raises(InvalidArgument):

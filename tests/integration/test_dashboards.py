@@ -42,6 +42,7 @@ RUN_COLUMNS = [
     "coalesced",
     "dequeue_count",
     "worker_id",
+    "trace_id",
 ]
 # The columns each wallboard panel shows (a new panel must be added here).
 EXPECTED_COLUMNS: dict[str, list[str]] = {
@@ -350,25 +351,29 @@ async def test_the_wallboard_answers_on_an_empty_database(db: Database) -> None:
             await db.fetchall(render(target["rawSql"]))
 
 
-def test_trace_links_point_at_tempo_and_jaeger_by_job_id() -> None:
+def test_trace_links_point_at_tempo_and_jaeger_by_job_id_and_trace_id() -> None:
     links = [
-        link
+        (override["matcher"]["options"], link)
         for panel in sql_panels()
         for override in panel["fieldConfig"]["overrides"]
         for prop in override["properties"]
         if prop["id"] == "links"
         for link in prop["value"]
     ]
-    assert len(links) == 6  # two per table with job ids
+    # two per table with job ids, two per table of runs with trace ids
+    assert sorted(column for column, _ in links) == ["job_id"] * 6 + ["trace_id"] * 4
     from urllib.parse import parse_qs, unquote, urlsplit
 
-    for link in links:
+    for column, link in links:
         url = link["url"]
         assert url.startswith("/explore?") and "${__value.raw}" in url
         panes = json.loads(unquote(parse_qs(urlsplit(url).query)["panes"][0]))
         (pane,) = panes.values()
         (query,) = pane["queries"]
-        if pane["datasource"] == "tempo":
+        if column == "trace_id":  # the trace itself, by its id
+            assert pane["datasource"] in ("tempo", "jaeger")
+            assert query["query"] == "${__value.raw}" and "tags" not in query
+        elif pane["datasource"] == "tempo":
             assert query["query"] == '{ span.messaging.message.id = "${__value.raw}" }'
         else:
             assert pane["datasource"] == "jaeger"

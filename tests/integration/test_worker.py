@@ -32,7 +32,7 @@ class Reports:
     def __init__(self) -> None:
         self.items: list[JobReport] = []
 
-    def report(self, job: JobReport) -> None:
+    def report(self, job: JobReport, *, parent: Any = None) -> None:
         self.items.append(job)
 
 

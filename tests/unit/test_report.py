@@ -74,3 +74,17 @@ def test_each_field_is_checked(field: str, value: object) -> None:
     body[field] = value
     with pytest.raises(ReportError, match=field):
         check_report(body)
+
+
+def test_the_trace_id_is_optional_and_checked() -> None:
+    body = json.loads(encode_report(_report()))
+    assert body["trace_id"] is None
+    del body["trace_id"]
+    assert check_report(body)["trace_id"] is None
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    body["trace_id"] = trace_id
+    assert check_report(body)["trace_id"] == trace_id
+    for bad in ("0af7651916cd43dd8448eb211c80319", trace_id.upper(), "0" * 32, 1):
+        body["trace_id"] = bad
+        with pytest.raises(ReportError, match="trace_id"):
+            check_report(body)
