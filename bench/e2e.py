@@ -870,7 +870,13 @@ def run(plan: Plan, client: str, profile_dir: Path | None) -> dict[str, Any]:
         with scratch_server("dataplane_e2e") as server, children_scope() as kids:
             print(f"server: {server.kind}; logs in {kids.log_dir}; running phases...", flush=True)
             settings, machine = server_facts(server, fdatasync=True)
-            env = stack_env(server.dsn, sse_deadline_s=plan.sse_deadline_s)
+            # Phase 4 holds all its jobs live at once, from one client: above the default
+            # per-client backpressure share (it would answer 429), so the limit is raised.
+            env = stack_env(
+                server.dsn,
+                sse_deadline_s=plan.sse_deadline_s,
+                DATAPLANE_MAX_LIVE_PER_CLIENT=str(2 * plan.streams),
+            )
             migrate_out = migrate_schema(env)
             stack = Stack(server, kids, plan, env, pg_pid=postmaster_pid(server))
             raw = trio.run(until_signalled, bench, stack, tmp, client, profile_dir)

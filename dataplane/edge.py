@@ -12,7 +12,7 @@
   close as HTTP says (:func:`shield_final_send`) and ``100 Continue`` wait until the
   app reads the body (:class:`DeferredContinueH11Protocol`, :class:`ContinueRequest`);
   both work around Hypercorn/Quart-Trio defects described in ``docs/known-issues.md``;
-  a response's head leaves in the same socket write as its first body bytes;
+  a sized response's head leaves in the same socket write as its body;
 * :func:`server_span`: a route wrapped in an HTTP server span;
 * :class:`RequireTrio` also records ``http.server.request.duration`` for every request,
   to the end of its response, with the route template Quart matched (:func:`_note_route`);
@@ -256,9 +256,8 @@ class DeferredContinueH11Protocol(H11Protocol):
     request carrying ``Expect: 100-continue``, before the app has even seen it: a
     client is invited to send its body to be refused (401) anyway. Here the 100 goes
     out when the app first reads the body (:meth:`send_continue`), and never when it
-    answers first (a response ends the client's wait, RFC 9110 §10.1.1). And a
-    response's head is written together with its first body bytes (one socket write
-    fewer per response)."""
+    answers first (a response ends the client's wait, RFC 9110 §10.1.1). And a sized
+    response's head is written together with its body (one socket write fewer)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -266,10 +265,12 @@ class DeferredContinueH11Protocol(H11Protocol):
         self._head = b""  # a response's status line and headers, not sent yet
 
     async def _send_h11_event(self, event: Any) -> None:
-        # A response's head leaves with its first body bytes (or its end): one socket
-        # write instead of two per response. Every app send is followed by the next at
-        # once here (a JSON body; an event stream's first event), so nothing waits on it.
-        if type(event) is _H11.Response:
+        # A sized response's head leaves with its body (or its end): one socket write
+        # instead of two. Its body follows at once; a stream's head (no Content-Length:
+        # its first event may be minutes away) is never held.
+        if type(event) is _H11.Response and any(
+            name == b"content-length" for name, _ in event.headers
+        ):
             try:
                 self._head += self.connection.send(event) or b""
             except _H11.LocalProtocolError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from dataplane.errors import ConfigError, InvalidArgument
 STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid
 STREAM_AUDIENCE = "dataplane-stream"
 STREAM_TOKEN_VERSION = "s2"  # s2: bound to the tier as well
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,6 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    if not text or not all(c.isalnum() or c in "-_" for c in text):
+    if _BASE64URL.fullmatch(text) is None:
         raise ValueError("not base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -6,7 +6,7 @@ timer is not free: each one is a handle sent through the loop's queue, one more
 pass of the loop's Trio task, a heap push, and the same again to cancel it. For
 a statement that waits once for its answer that timer roughly doubles the
 cost of the bridge crossing (measured in ``bench/results/bff-cpu.md``: about
-400 -> 160 µs of CPU for a ``SELECT 1`` crossing).
+430 -> 180 µs of CPU for a ``SELECT 1`` crossing, min of three rounds).
 
 :class:`LeanConnection` waits without it: the socket is polled first (a
 zero-timeout poll, as psycopg does for writing; an answer already there also
