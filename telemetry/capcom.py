@@ -54,6 +54,7 @@ from dataplane.edge import (
     prometheus_response,
 )
 from dataplane.errors import DatabaseError, DatabaseUnavailable
+from dataplane.observability.logs import configure_logging
 from dataplane.observability.metrics import instruments
 from dataplane.observability.otel import Telemetry, prometheus_text, setup_telemetry
 from dataplane.observability.report import ReportError, check_reports, insert_params
@@ -120,6 +121,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start() -> None:
+        configure_logging()
         settings = from_env(CapcomSettings)
         state.telemetry = setup_telemetry(SERVICE_NAME)
         state.metrics = state.telemetry.prometheus
