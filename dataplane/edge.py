@@ -329,6 +329,7 @@ KNOWN_METHODS = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
+ACCESS_LINE = "%s %s %s %.1fms job=%s client=%s coalesced=%s outcome=%s"
 
 
 class Exchange:
@@ -491,8 +492,7 @@ class Exchange:
         method = self.scope["method"]
         route = self.route
         coalesced = self.coalesced
-        access_log.info(
-            "%s %s %s %.1fms job=%s client=%s coalesced=%s outcome=%s",
+        args = (
             method,
             route or self.scope["path"],
             self.status or "-",
@@ -501,20 +501,26 @@ class Exchange:
             self.client or "-",
             "-" if coalesced is None else str(coalesced).lower(),
             self.outcome or "-",
-            extra={
-                "method": method,
-                "route": route,
-                "path": self.scope["path"],
-                "status": self.status,
-                "duration_ms": round(elapsed_ms, 3),
-                "job_id": self.job_id,
-                "client": self.client,
-                "coalesced": coalesced,
-                "outcome": self.outcome,
-                "error_type": self.error_type,
-                **ids,
-            },
         )
+        fields = {
+            "method": method,
+            "route": route,
+            "path": self.scope["path"],
+            "status": self.status,
+            "duration_ms": round(elapsed_ms, 3),
+            "job_id": self.job_id,
+            "client": self.client,
+            "coalesced": coalesced,
+            "outcome": self.outcome,
+            "error_type": self.error_type,
+            **ids,
+        }
+        # One record made directly: what ``access_log.info`` would do, without looking
+        # up the caller's frame (a third of a line's cost; the line's origin is known).
+        record = access_log.makeRecord(
+            access_log.name, logging.INFO, __file__, 0, ACCESS_LINE, args, None, extra=fields
+        )
+        access_log.handle(record)
 
 
 _EXCHANGE: ContextVar[Exchange | None] = ContextVar("dataplane_exchange", default=None)

@@ -41,9 +41,12 @@ class LogConfig:
 
 
 class TraceIds(logging.Filter):
-    """Adds ``trace_id`` and ``span_id`` of the current span, when there is one."""
+    """Adds ``trace_id`` and ``span_id`` of the current span, when there is one (and
+    the record has none of its own: the access log names its request's span)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if "trace_id" in record.__dict__:
+            return True
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
             record.trace_id = format(context.trace_id, "032x")
