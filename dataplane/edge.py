@@ -393,11 +393,6 @@ class Exchange:
         if coalesced is not None:
             self.coalesced = coalesced
 
-    def event(self, name: str, attributes: dict[str, Any] | None = None) -> None:
-        """A span event on the server span (a stream's TIMEOUT, POISON, CANCELLED)."""
-        if self.span is not None:
-            self.span.add_event(name, attributes)
-
     def start_span(self, context: otel_context.Context | None = None) -> Span:
         """The server span, started (at the request's start) if it is not yet: a child
         of ``context``, else of the caller's ``traceparent`` header, else a root."""

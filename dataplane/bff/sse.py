@@ -92,26 +92,27 @@ def _ended(
     """Note how the stream ends: ``outcome`` (else the row's status) on the span and
     the access line, an event for TIMEOUT/POISON/CANCELLED, a log line for the first two."""
     code = outcome or EVENTS.get(row.status)
-    if exchange is None:
-        return
-    exchange.outcome = outcome or row.status
+    if exchange is not None:
+        exchange.outcome = outcome or row.status
     if code is None:
         return
     job_id = str(row.id)
     attributes: dict[str, Any] = {"messaging.message.id": job_id}
     if code == "TIMEOUT":
         attributes["dataplane.deadline_seconds"] = deadline
-    exchange.event(code, attributes)
+    span = exchange.start_span() if exchange is not None else trace.INVALID_SPAN
+    span.add_event(code, attributes)
     if code == "CANCELLED":
         return
-    with trace.use_span(exchange.start_span(), end_on_exit=False):  # the line has its ids
+    extra = {"job_id": job_id, "queue_type": row.type, "code": code}
+    with trace.use_span(span, end_on_exit=False):  # the line carries the stream's ids
         if code == "TIMEOUT":
             log.warning(
                 "stream TIMEOUT: job %s (%s) has no answer after %gs; it keeps running",
                 job_id,
                 row.type,
                 deadline,
-                extra={"job_id": job_id, "queue_type": row.type, "code": code},
+                extra=extra,
             )
         else:
             log.warning(
@@ -119,7 +120,7 @@ def _ended(
                 job_id,
                 row.type,
                 row.dequeue_count,
-                extra={"job_id": job_id, "queue_type": row.type, "code": code},
+                extra=extra,
             )
 
 

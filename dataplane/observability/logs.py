@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from pythonjsonlogger.json import JsonFormatter
@@ -54,6 +55,23 @@ class TraceIds(logging.Filter):
         return True
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler writing to whatever ``sys.stderr`` is when a line is written
+    (as logging's last-resort handler does): a redirect or a test's capture is followed,
+    never a stale stream written to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def json_formatter() -> logging.Formatter:
     return JsonFormatter(
         "%(levelname)s %(name)s %(message)s",
@@ -66,7 +84,7 @@ def json_formatter() -> logging.Formatter:
 def configure_logging(config: LogConfig | None = None, *, level: int = logging.INFO) -> None:
     """Route every logger to stderr in the configured format (see the module docstring)."""
     config = config if config is not None else from_env(LogConfig)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     if config.format == "json":
         handler.setFormatter(json_formatter())
         handler.addFilter(TraceIds())

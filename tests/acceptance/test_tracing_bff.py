@@ -33,16 +33,17 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
     """Start a BFF and a probe worker sending spans to ``endpoint``, with ``extra`` env."""
     started: list[Any] = []
 
-    async def start(endpoint: str, **extra: str) -> BffProcess:
+    async def start(endpoint: str, *, worker: bool = True, **extra: str) -> BffProcess:
         env = {**bff_env, **OTEL, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, **extra}
         bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
         started.append(bff)
-        worker = WorkerProcess(
-            {**env, "SURFACE_QUEUE_TYPE": "surface-probe"}, str(tmp_path / "worker.log")
-        )
-        started.append(worker)
+        if worker:
+            probe = WorkerProcess(
+                {**env, "SURFACE_QUEUE_TYPE": "surface-probe"}, str(tmp_path / "worker.log")
+            )
+            started.append(probe)
+            await probe.wait_ready()
         await bff.wait_ready()
-        await worker.wait_ready()
         return bff
 
     yield start
@@ -216,3 +217,30 @@ async def test_a_poisoned_job_ends_its_stream_with_a_poison_event(
     assert attrs(stream)["dataplane.outcome"] == "poison"
     assert [e.name for e in stream.events] == ["POISON"]
     assert "stream POISON" in bff.output()
+
+
+async def test_a_cancelled_job_ends_its_stream_with_a_cancelled_event(
+    otlp: tuple[str, Received], stack: Callable[..., Any]
+) -> None:
+    endpoint, received = otlp
+    bff = await stack(endpoint, worker=False)  # the job stays pending until cancelled
+    async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
+        job = await post(http, "echo", {"value": "cancel me"})
+        finals: list[Any] = []
+
+        async def listen() -> None:
+            _, _, events = await read_sse(http, job["streamUrl"])
+            finals.append(events[-1])
+
+        async with trio.open_nursery() as streams:
+            streams.start_soon(listen)
+            cancelled = await http.delete(job["pollUrl"])
+            assert cancelled.status_code == 200
+    assert finals[0].json["code"] == "CANCELLED"
+
+    await wait_until(lambda: bool(server_spans(received, STREAM)), within=20)
+    (stream,) = server_spans(received, STREAM)
+    assert attrs(stream)["dataplane.outcome"] == "cancelled"
+    assert [e.name for e in stream.events] == ["CANCELLED"]
+    (delete,) = server_spans(received, "DELETE /api/{surface}/q/{jobId}")
+    assert attrs(delete)["messaging.message.id"] == job["jobId"]
