@@ -452,7 +452,7 @@ class Exchange:
         self.finished = True
         elapsed_ms = (time.perf_counter() - self.started) * 1000
         status = self.status
-        if not self.ended and self.outcome is None:
+        if not self.ended and self.outcome is None and self.error_type is None:
             self.outcome = "disconnect"  # the client left before the answer ended
         if status is None:
             if self.error_type is None and self.outcome != "disconnect":
