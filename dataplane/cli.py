@@ -14,6 +14,7 @@ import trio
 from dataplane.config import from_env
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.errors import DataPlaneError
+from dataplane.observability.logs import configure_logging
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
 from dataplane.queue.migrations import migrate
 
@@ -297,12 +298,8 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
+        configure_logging(level=logging.DEBUG if args.verbose else logging.INFO)
         if args.command in SYNC_COMMANDS:
             return SYNC_COMMANDS[args.command](args)
         code: int = trio.run(COMMANDS[args.command], args)

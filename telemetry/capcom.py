@@ -37,11 +37,9 @@ so an INSERT is all-or-nothing and a report is stored at most once.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -60,10 +58,10 @@ from dataplane.edge import (
     server_span,
 )
 from dataplane.errors import DatabaseError, DatabaseUnavailable
+from dataplane.observability.logs import configure_logging
 from dataplane.observability.metrics import initialise, instruments
 from dataplane.observability.otel import Telemetry, prometheus_text, setup_telemetry
 from dataplane.observability.report import ReportError, check_reports, insert_params
-from dataplane.observability.tracing import continued_from
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +125,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start() -> None:
+        configure_logging()
         settings = from_env(CapcomSettings)
         state.telemetry = setup_telemetry(SERVICE_NAME)
         state.metrics = state.telemetry.prometheus
@@ -172,7 +171,6 @@ def create_app() -> QuartTrio:
         return prometheus_response(prometheus_text())
 
     @app.post(ROUTE)
-    @_in_senders_trace
     @server_span(ROUTE)
     async def job_finished() -> Response:
         if state.token is None:
@@ -194,17 +192,6 @@ def create_app() -> QuartTrio:
         return Response("", status=204)
 
     return app
-
-
-def _in_senders_trace(fn: Callable[[], Awaitable[Response]]) -> Callable[[], Awaitable[Response]]:
-    """Run the route in the trace the request's ``traceparent`` names (the sender's)."""
-
-    @functools.wraps(fn)
-    async def wrapper() -> Response:
-        with continued_from(request.headers):
-            return await fn()
-
-    return wrapper
 
 
 def _authorize(expected: str) -> None:

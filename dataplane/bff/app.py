@@ -25,7 +25,8 @@ from dataplane.bff.plane import BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.tokens import StreamTokens
 from dataplane.config import from_env
-from dataplane.edge import RequireTrio, install_error_handlers, log_to_stderr
+from dataplane.edge import RequireTrio, install_error_handlers
+from dataplane.observability.logs import configure_logging
 from dataplane.observability.otel import setup_telemetry
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start_plane() -> None:
-        log_to_stderr("dataplane", "telemetry")  # Hypercorn configures only its own
+        configure_logging()  # Hypercorn's error log joins it (dataplane.edge.EdgeLogger)
         if state.telemetry is None:
             state.telemetry = setup_telemetry("dataplane-bff")
         config = state.config = from_env(BffConfig)

@@ -19,7 +19,7 @@ from dataplane.bff.auth import AuthError
 from dataplane.bff.plane import Plane
 from dataplane.bff.tokens import StreamGrant
 from dataplane.bff.urls import blob_url
-from dataplane.edge import ApiError
+from dataplane.edge import ApiError, note
 from dataplane.envelope import Auth
 from dataplane.errors import DatabaseUnavailable
 from dataplane.queue import JobRow, StoredBlob
@@ -69,6 +69,7 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
     token = request.args.get("token")
     if not token:
         auth = bearer(p)
+        note(job_id=str(jid), client=auth.client)
         return JobTarget(jid, auth.client, auth.scope_key, None)
     try:
         grant = p.tokens.check(token)
@@ -80,6 +81,7 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
         or grant.tier != p.config.queue_suffix
     ):
         raise ApiError(404, "no such job")
+    note(job_id=str(jid), client=grant.client, coalesced=grant.coalesced)
     return JobTarget(jid, grant.client, grant.scope_key, grant)
 
 
@@ -99,6 +101,13 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     if row is None:
         raise ApiError(404, "no such job")
     return row
+
+
+def traceparent_of(row: JobRow) -> str | None:
+    """The W3C traceparent of the job's envelope: the request's (executing) trace."""
+    payload = row.payload
+    value = payload.get("traceparent") if isinstance(payload, dict) else None
+    return value if isinstance(value, str) else None
 
 
 async def blob_chunks(p: Plane, blob: StoredBlob) -> AsyncIterator[bytes]:

@@ -208,7 +208,10 @@ class ReplyPump:
 
 
 def _notify_span(row: JobRow, started_ns: int) -> None:
-    """The done notify as heard by this BFF, in the request's trace."""
+    """The done notify as heard by this BFF, in the request's trace: from reading the
+    notified rows to having them, a CLIENT span of operation type ``receive`` (the
+    messaging conventions' pull: the pump asks the queue DB for the finished row; it
+    settles nothing — the worker's ``complete`` did — so not ``settle``)."""
     traceparent = row.payload.get("traceparent") if isinstance(row.payload, dict) else None
     parent = context_from(traceparent)
     if parent is None:
@@ -216,10 +219,11 @@ def _notify_span(row: JobRow, started_ns: int) -> None:
     span = tracer().start_span(
         f"notify {row.type}",
         context=parent,
-        kind=SpanKind.CONSUMER,
+        kind=SpanKind.CLIENT,
         start_time=started_ns,
         attributes={
             **messaging("receive", row.type, str(row.id)),
+            "messaging.operation.name": "notify",
             "messaging.destination.name": done_channel(row.type),
         },
     )

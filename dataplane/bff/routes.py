@@ -26,6 +26,7 @@ from dataplane.bff.jobs import (
     job_target,
     queue_call,
     read_job,
+    traceparent_of,
 )
 from dataplane.bff.openapi import openapi_document
 from dataplane.bff.plane import BffState, Plane
@@ -35,7 +36,9 @@ from dataplane.bff.urls import poll_url, stream_url
 from dataplane.db import q
 from dataplane.edge import (
     ApiError,
+    current_exchange,
     json_response,
+    note,
     prometheus_response,
     require_bearer,
     server_span,
@@ -50,8 +53,14 @@ from dataplane.errors import (
 )
 from dataplane.observability.metrics import OPERATION, QUEUE_TYPE, instruments
 from dataplane.observability.otel import prometheus_text
-from dataplane.observability.tracing import current_traceparent, links_to, messaging, tracer
-from dataplane.queue import EnqueueResult
+from dataplane.observability.tracing import (
+    context_from,
+    current_traceparent,
+    links_to,
+    messaging,
+    tracer,
+)
+from dataplane.queue import EnqueueResult, JobRow
 from dataplane.surfaces.manifest import Surface
 
 MAX_BODY_BYTES = 64 * 1024
@@ -106,6 +115,7 @@ async def enqueue(surface_id: str) -> Response:
     if request.mimetype != "application/json":
         raise ApiError(415, "send the body as application/json")
     auth = bearer(p)
+    note(client=auth.client)
     operation_name, params = parse_query(await json_body())
     try:
         op = surface.operation(operation_name)
@@ -116,7 +126,10 @@ async def enqueue(surface_id: str) -> Response:
     with tracer().start_as_current_span(
         f"send {queue_type}",
         kind=SpanKind.PRODUCER,
-        attributes=messaging("send", queue_type.name, surface=surface.id, operation=op.name),
+        attributes={
+            **messaging("send", queue_type.name, surface=surface.id, operation=op.name),
+            "messaging.operation.name": "send",
+        },
     ) as send:
         env = Envelope(
             surface.id,
@@ -139,6 +152,7 @@ async def enqueue(surface_id: str) -> Response:
             status = 429 if exc.scope == "client" else 503
             raise ApiError(status, str(exc), retry_after=BACKPRESSURE_RETRY_AFTER) from None
         job_id = str(result.job_id)
+        note(job_id=job_id, coalesced=result.coalesced)
         send.set_attribute("messaging.message.id", job_id)
         send.set_attribute("dataplane.coalesced", result.coalesced)
         if result.coalesced:
@@ -194,6 +208,7 @@ async def poll(surface_id: str, job_id: str) -> Response:
     surface = surface_of(p, surface_id)
     target = job_target(p, surface, job_id)
     row = await read_job(p, surface, target)
+    link_job(row)
     if not row.finished:
         resp = json_response({"jobId": str(row.id), "status": row.status}, 202)
         resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
@@ -208,6 +223,7 @@ async def cancel(surface_id: str, job_id: str) -> Response:
     p = plane()
     surface = surface_of(p, surface_id)
     row = await read_job(p, surface, job_target(p, surface, job_id))
+    link_job(row)
     outcome = await queue_call(p.queue.cancel(row.id))
     if outcome.status == "cancelled":
         instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
@@ -226,6 +242,7 @@ async def blob(surface_id: str, job_id: str) -> Response:
     p = plane()
     surface = surface_of(p, surface_id)
     row = await read_job(p, surface, job_target(p, surface, job_id))
+    link_job(row)
     stored = await queue_call(p.queue.get_blob_head(row.id))
     if stored is None:
         raise ApiError(404, "no blob for this job (it may have expired)")
@@ -241,7 +258,11 @@ async def blob(surface_id: str, job_id: str) -> Response:
 
 
 @routes.get("/api/<surface_id>/q/<job_id>/stream")
+@server_span("/api/{surface}/q/{jobId}/stream", deferred=True)
 async def stream(surface_id: str, job_id: str) -> Response:
+    """The stream's server span ends with the stream (done, error, or a disconnect) and,
+    once the row is read, is a child of the job's context: the answer on its way is part
+    of the request's trace, beside ``SSE done``. (One that fails first is a root.)"""
     p = plane()
     surface = surface_of(p, surface_id)
     last_id = last_event_id()
@@ -253,14 +274,28 @@ async def stream(surface_id: str, job_id: str) -> Response:
     except BaseException:
         p.pump.discard(waiter)
         raise
+    exchange = current_exchange()
+    if exchange is not None:
+        exchange.start_span(context_from(traceparent_of(row)))
     if last_id >= EVENT_FINAL:
         p.pump.discard(waiter)
         return Response("", status=204)  # the browser has the answer: stop reconnecting
-    resp = Response(job_events(p, row, target.grant, last_id, waiter), mimetype="text/event-stream")
+    events = job_events(p, row, target.grant, last_id, waiter, exchange)
+    resp = Response(events, mimetype="text/event-stream")
     resp.headers["Cache-Control"] = "no-cache"
     resp.headers["X-Accel-Buffering"] = "no"
     resp.timeout = None  # a stream lives past RESPONSE_TIMEOUT
     return resp
+
+
+def link_job(row: JobRow) -> None:
+    """A poll, blob or cancel request stays its own trace (a browser may poll many
+    times), linked to the job's: its span carries ``messaging.message.id`` and the link."""
+    exchange = current_exchange()
+    span = exchange.span if exchange is not None else None
+    if span is not None and span.is_recording():
+        for link in links_to(traceparent_of(row)):
+            span.add_link(link.context, {"dataplane.link": "job"})
 
 
 # -- around the plane -----------------------------------------------------------

@@ -4,24 +4,34 @@ Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
 ``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON``/``CANCELLED`` 3. A ``: keep-alive`` comment
 goes out every 15 s. Past the stream deadline the stream ends with ``TIMEOUT``;
 the job keeps running and its answer stays on the row.
+
+How a stream ends is its outcome (``done``, ``poison``, ``cancelled``, ``TIMEOUT``; the
+edge notes ``disconnect``): on the stream's server span (``dataplane.outcome``, and a
+``TIMEOUT``/``POISON``/``CANCELLED`` span event) and in its access log line; a
+TIMEOUT or POISON is also logged here, as a WARNING in the stream's span.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import trio
+from opentelemetry import trace
 
-from dataplane.bff.jobs import answer
+from dataplane.bff.jobs import answer, traceparent_of
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.tokens import StreamGrant
+from dataplane.edge import Exchange
 from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow
+
+log = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
 SSE_RETRY_MS = 2000  # EventSource reconnect hint
@@ -36,14 +46,20 @@ def event(name: str, event_id: int, data: Any, *, retry: bool = False) -> bytes:
 
 
 async def job_events(
-    p: Plane, row: JobRow, grant: StreamGrant | None, last_id: int, waiter: Waiter
+    p: Plane,
+    row: JobRow,
+    grant: StreamGrant | None,
+    last_id: int,
+    waiter: Waiter,
+    exchange: Exchange | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream's body. ``waiter`` was added before ``row`` was read, so a finish
-    since is not missed; it is discarded when the stream ends, however it ends."""
-    traceparent = row.payload.get("traceparent") if isinstance(row.payload, dict) else None
-    parent = context_from(traceparent)
+    since is not missed; it is discarded when the stream ends, however it ends.
+    ``exchange``: the stream's request, told how the stream ends."""
+    parent = context_from(traceparent_of(row))
     try:
         if row.finished:
+            _ended(exchange, row)
             yield _final(p, row, grant, parent, retry=True)
             return
         if last_id < EVENT_QUEUED:
@@ -55,15 +71,58 @@ async def job_events(
             with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
                 finished = await waiter.wait()
             if finished is not None:
+                _ended(exchange, finished)
                 yield _final(p, finished, grant, parent, retry=False)
                 return
             if trio.current_time() >= deadline:
                 instruments().stream_timeouts.add(1, {QUEUE_TYPE: row.type})
+                _ended(exchange, row, "TIMEOUT", p.config.sse_deadline_seconds)
                 yield _timeout(row)
                 return
             yield b": keep-alive\n\n"
     finally:
         p.pump.discard(waiter)
+
+
+EVENTS = {"poison": "POISON", "cancelled": "CANCELLED"}  # span events of a final row
+
+
+def _ended(
+    exchange: Exchange | None, row: JobRow, outcome: str | None = None, deadline: float = 0.0
+) -> None:
+    """Note how the stream ends: ``outcome`` (else the row's status) on the span and
+    the access line, an event for TIMEOUT/POISON/CANCELLED, a log line for the first two."""
+    code = outcome or EVENTS.get(row.status)
+    if exchange is not None:
+        exchange.outcome = outcome or row.status
+    if code is None:
+        return
+    job_id = str(row.id)
+    attributes: dict[str, Any] = {"messaging.message.id": job_id}
+    if code == "TIMEOUT":
+        attributes["dataplane.deadline_seconds"] = deadline
+    span = exchange.start_span() if exchange is not None else trace.INVALID_SPAN
+    span.add_event(code, attributes)
+    if code == "CANCELLED":
+        return
+    extra = {"job_id": job_id, "queue_type": row.type, "code": code}
+    with trace.use_span(span, end_on_exit=False):  # the line carries the stream's ids
+        if code == "TIMEOUT":
+            log.warning(
+                "stream TIMEOUT: job %s (%s) has no answer after %gs; it keeps running",
+                job_id,
+                row.type,
+                deadline,
+                extra=extra,
+            )
+        else:
+            log.warning(
+                "stream POISON: job %s (%s) was given up after %d attempt(s)",
+                job_id,
+                row.type,
+                row.dequeue_count,
+                extra=extra,
+            )
 
 
 def _timeout(row: JobRow) -> bytes:
@@ -82,7 +141,10 @@ def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, ret
     with tracer().start_as_current_span(
         "SSE done" if row.status == "done" else "SSE error",
         context=parent,
-        attributes=messaging("receive", row.type, str(row.id), outcome=row.status),
+        attributes={
+            **messaging("receive", row.type, str(row.id), outcome=row.status),
+            "messaging.operation.name": "deliver",
+        },
     ):
         body = answer(p, row, grant)
         if row.status in ("poison", "cancelled"):

@@ -295,7 +295,6 @@ def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR, otlp: str | None
         print("dataplane dev: starting the embedded Postgres ...", file=sys.stderr, flush=True)
         watchdog = _watch_postgres(server)
         server.start()
-        logging.getLogger("httpx").setLevel(logging.WARNING)
         trio.run(_run_until_signal, server, dev_dir, port, otlp)
     except KeyboardInterrupt:
         pass

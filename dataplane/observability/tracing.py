@@ -24,8 +24,7 @@ and a statement pays one context lookup.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -71,26 +70,6 @@ def inject_headers(headers: dict[str, str]) -> dict[str, str]:
     """``headers`` plus the current context's ``traceparent`` (when there is one)."""
     _PROPAGATOR.inject(headers)
     return headers
-
-
-def context_from_headers(headers: Any) -> otel_context.Context | None:
-    """The context an incoming request's ``traceparent`` header names, if valid
-    (``headers``: any mapping with ``get``, e.g. a request's headers)."""
-    return context_from(headers.get("traceparent"))
-
-
-@contextmanager
-def continued_from(headers: Any) -> Iterator[None]:
-    """Within the block, the current context is the one ``headers`` carry (if any)."""
-    ctx = context_from_headers(headers)
-    if ctx is None:
-        yield
-        return
-    token = otel_context.attach(ctx)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
 
 
 def context_from(traceparent: str | None) -> otel_context.Context | None:
