@@ -240,3 +240,13 @@ async def test_a_client_that_goes_away_drops_only_its_waiter(
     row = await queue.get(queued["jobId"])
     assert row is not None and row.status == "pending"  # the job itself is untouched
     shutdown.set()
+
+
+async def test_openapi_documents_prefer_and_the_200(bff: Bff) -> None:
+    spec = (await bff.http.get("/openapi.json")).json()
+    post_op = spec["paths"]["/api/probe/q"]["post"]
+    assert any(p["name"] == "Prefer" and p["in"] == "header" for p in post_op["parameters"])
+    ok = post_op["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Answer"}
+    assert {"Preference-Applied", "Vary", "Content-Location"} <= set(ok["headers"])
+    assert "Preference-Applied" in post_op["responses"]["202"]["headers"]
