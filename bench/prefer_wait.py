@@ -61,6 +61,7 @@ from bench._procs import (
     postmaster_pid,
 )
 from bench._stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
+from bench.e2e import job_times, wall
 
 PREFER_WAIT_S = 1  # what dataClient.js sends (PREFER_WAIT_SECONDS)
 TOTAL_BUDGET_S = 300.0
@@ -84,6 +85,8 @@ class Answer:
     latency: float
     via: str  # "post" (200 to the POST) or "stream" (202, then the stream)
     error: str | None = None
+    job_id: str = ""
+    t0: float = 0.0  # perf_counter at the POST's start
 
 
 async def prefer_once(session: Session, headers: Headers, value: str) -> Answer:
@@ -97,20 +100,42 @@ async def prefer_once(session: Session, headers: Headers, value: str) -> Answer:
         answer = json.loads(raw)
         ok = answer.get("status") == "done" and answer.get("result", {}).get("echo") == value
         error = None if ok else f"unexpected answer: {raw[:200]!r}"
-        return Answer(time.perf_counter() - t0, "post", error)
+        return Answer(time.perf_counter() - t0, "post", error, answer.get("jobId", ""), t0)
     if status != 202:
         return Answer(time.perf_counter() - t0, "post", f"POST answered {status}: {raw[:200]!r}")
-    stream_status, events = await session.events(json.loads(raw)["streamUrl"])
+    queued = json.loads(raw)
+    stream_status, events = await session.events(queued["streamUrl"])
     final = next(((e, d) for e, d, _ in events if e in ("done", "error")), None)
     error = None
     if stream_status != 200 or final is None or final[0] != "done":
         error = f"stream {stream_status}: {final}"
-    return Answer(time.perf_counter() - t0, "stream", error)
+    return Answer(time.perf_counter() - t0, "stream", error, queued["jobId"], t0)
 
 
 async def sse_once(session: Session, headers: Headers, value: str) -> Answer:
     s = await e2e_once(session, headers, value)
-    return Answer(s.latency, "stream", s.error)
+    return Answer(s.latency, "stream", s.error, s.job_id, s.t0)
+
+
+async def breakdown(dsn: str, answers: list[Answer]) -> dict[str, Any]:
+    """Each answer cut at its job row's timestamps (Postgres now(), same host clock)."""
+    ok = [a for a in answers if not a.error and a.job_id]
+    times = await job_times(dsn, [a.job_id for a in ok])
+    cuts: dict[str, list[float]] = {
+        "post_start_to_created_at": [],
+        "created_at_to_claimed_at": [],
+        "claimed_at_to_completed_at": [],
+        "completed_at_to_answer_received": [],
+    }
+    for a in ok:
+        created, claimed, completed = times.get(a.job_id, (None, None, None))
+        if created is None or claimed is None or completed is None:
+            continue
+        cuts["post_start_to_created_at"].append(created - wall(a.t0))
+        cuts["created_at_to_claimed_at"].append(claimed - created)
+        cuts["claimed_at_to_completed_at"].append(completed - claimed)
+        cuts["completed_at_to_answer_received"].append(wall(a.t0 + a.latency) - completed)
+    return {k: summary_ms(v) for k, v in cuts.items()}
 
 
 WAYS = {"prefer": prefer_once, "sse": sse_once}
@@ -128,7 +153,7 @@ def _report(answers: list[Answer]) -> dict[str, Any]:
     }
 
 
-async def phase_idle(plan: Plan, port: int, meter: CpuMeter, run: str) -> dict[str, Any]:
+async def phase_idle(plan: Plan, port: int, meter: CpuMeter, run: str, dsn: str) -> dict[str, Any]:
     headers = auth_headers()
     out: dict[str, Any] = {}
     async with open_sessions("raw", port, 4) as new_session:
@@ -143,7 +168,7 @@ async def phase_idle(plan: Plan, port: int, meter: CpuMeter, run: str) -> dict[s
                 answers[way].append(await once(sessions[way], headers, f"{run}-{way}-{i}"))
         cpu = meter.since(cpu0)
     for way in WAYS:
-        out[way] = _report(answers[way])
+        out[way] = {**_report(answers[way]), "breakdown_ms": await breakdown(dsn, answers[way])}
     out["cpu"] = cpu
     out["cpu_ms_per_answer_both_ways"] = cpu_ms_per_op(cpu, 2 * plan.requests)
     return out
@@ -183,7 +208,9 @@ async def phase_load(plan: Plan, port: int, meter: CpuMeter, run: str, way: str)
     }
 
 
-async def bench(plan: Plan, kids: Children, env: dict[str, str], pg_pid: int | None) -> Any:
+async def bench(
+    plan: Plan, kids: Children, env: dict[str, str], pg_pid: int | None, dsn: str
+) -> Any:
     run = uuid.uuid4().hex[:8]
     out: dict[str, Any] = {}
     with trio.fail_after(TOTAL_BUDGET_S):
@@ -197,7 +224,7 @@ async def bench(plan: Plan, kids: Children, env: dict[str, str], pg_pid: int | N
                 "postgres": lambda: postgres_pids(pg_pid),
             }
         )
-        out["idle"] = await phase_idle(plan, bff.port, meter, run)
+        out["idle"] = await phase_idle(plan, bff.port, meter, run, dsn)
         p, s = out["idle"]["prefer"]["ms"], out["idle"]["sse"]["ms"]
         print(f"  1. idle: Prefer p50 {p.get('p50')} / p99 {p.get('p99')} ms; ", end="")
         print(f"SSE p50 {s.get('p50')} / p99 {s.get('p99')} ms", flush=True)
@@ -216,7 +243,7 @@ def run(plan: Plan) -> dict[str, Any]:
         settings, machine = server_facts(server)
         env = stack_env(server.dsn)
         migrate_schema(env)
-        raw = trio.run(until_signalled, bench, plan, kids, env, postmaster_pid(server))
+        raw = trio.run(until_signalled, bench, plan, kids, env, postmaster_pid(server), server.dsn)
     idle, load = raw["idle"], raw["load"]
     return {
         "prefer_p50_ms": idle["prefer"]["ms"].get("p50"),
@@ -267,6 +294,11 @@ def print_tables(result: dict[str, Any]) -> None:
         ["   answered in the POST / via stream", _via(idle["prefer"]), ""],
         ["POST -> SSE done, same run, p50 / p99 ms", pq(idle["sse"]["ms"]), ""],
         ["   errors prefer / sse", _errors(idle), ""],
+        ["   p50 cuts, ms: Prefer / SSE", "", ""],
+        *(
+            [f"   {cut.replace('_', ' ')}", _cut(idle, cut), ""]
+            for cut in idle["prefer"]["breakdown_ms"]
+        ),
         [
             f"{load['prefer']['clients']} clients, Prefer: p50 / p99 ms",
             pq(load["prefer"]["ms"]),
@@ -282,6 +314,13 @@ def print_tables(result: dict[str, Any]) -> None:
     print()
     print(format_table(["metric", "value", "target"], rows))
     print(f"\nCPU of other processes on the host, %: {result['host_others_cpu_pct']}")
+
+
+def _cut(idle: dict[str, Any], cut: str) -> str:
+    return (
+        f"{idle['prefer']['breakdown_ms'][cut].get('p50')} / "
+        f"{idle['sse']['breakdown_ms'][cut].get('p50')}"
+    )
 
 
 def _via(r: dict[str, Any]) -> str:
