@@ -5,7 +5,9 @@ for the answer. The POST then waits on the reply pump exactly as a stream does:
 
 * the pump waiter is added **before** the one row read (a job that finishes in
   between is not missed, the done-before-LISTEN race), then the waiter alone wakes
-  the request: no polling;
+  the request: no polling. The read is skipped when the pump has heard no notify
+  (and no LISTEN gap) since before the enqueue: then the job's finish cannot have
+  gone by unheard, and at idle the answer costs no DB read beyond the pump's own;
 * answered in time: ``200`` with the job's answer, the body the stream's final event
   and the poll carry (:func:`~dataplane.bff.jobs.answer`) for every finished job:
   ``done`` with ``result``/``blobRef``, ``done`` with an ``error`` (an expected error
@@ -83,21 +85,31 @@ def _delta_seconds(value: str | None) -> int | None:
 
 
 async def wait_finished(
-    pump: ReplyPump, queue: QueueClient, job_id: uuid.UUID, seconds: float
+    pump: ReplyPump,
+    queue: QueueClient,
+    job_id: uuid.UUID,
+    seconds: float,
+    *,
+    heard_before: int | None = None,
 ) -> JobRow | None:
     """The job's finished row if it finishes within ``seconds``, else None.
 
-    One row read and the pump's waiter; the waiter is discarded however this ends
-    (an answer, the time up, or the request cancelled by a client that went away)."""
+    The pump's waiter, added first, then at most one row read: none when
+    ``heard_before`` (:meth:`ReplyPump.heard` read before the job could finish) shows
+    that no notify or LISTEN gap went by since and the pump is listening (then the
+    waiter alone hears the finish).
+    The waiter is discarded however this ends (an answer, the time up, or the request
+    cancelled by a client that went away)."""
     waiter = pump.add(job_id)
     try:
-        try:
-            rows = await queue.get_finished_many([job_id])
-        except DatabaseError as exc:  # the waiter still hears the notify or the sweep
-            log.warning("prefer wait: could not read job %s (%s); waiting on the pump", job_id, exc)
-            rows = []
-        if rows:
-            return rows[0]
+        if heard_before is None or pump.heard() != heard_before or not pump.listening:
+            try:
+                rows = await queue.get_finished_many([job_id])
+            except DatabaseError as exc:  # the waiter still hears the notify or the sweep
+                log.warning("prefer wait: could not read job %s (%s); waiting", job_id, exc)
+                rows = []
+            if rows:
+                return rows[0]
         with trio.move_on_after(seconds):
             return await waiter.wait()
         return None
@@ -105,17 +117,20 @@ async def wait_finished(
         pump.discard(waiter)
 
 
-async def respond(p: Plane, job_id: uuid.UUID, grant: StreamGrant, queued: Response) -> Response:
+async def respond(
+    p: Plane, job_id: uuid.UUID, grant: StreamGrant, queued: Response, heard: int | None = None
+) -> Response:
     """The POST's response: the job's answer if the caller's ``Prefer: wait`` sees it
     come, else ``queued`` (the 202, its ``Location`` the poll URL), with
-    ``Preference-Applied`` and ``Vary: Prefer``."""
+    ``Preference-Applied`` and ``Vary: Prefer``. ``heard``: the pump's
+    :meth:`~ReplyPump.heard` before the enqueue (see :func:`wait_finished`)."""
     prefer = parse_prefer(request.headers.getlist("Prefer"))
     applied: list[str] = []
     resp = queued
     wait = min(prefer.wait or 0, p.config.max_prefer_wait_seconds)
     if wait > 0:
         applied.append(f"wait={wait}")
-        row = await wait_finished(p.pump, p.queue, job_id, wait)
+        row = await wait_finished(p.pump, p.queue, job_id, wait, heard_before=heard)
         if row is not None:
             resp = json_response(answer(p, row, grant), 200)
             resp.headers["Content-Location"] = queued.headers["Location"]

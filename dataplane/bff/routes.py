@@ -129,6 +129,7 @@ async def enqueue(surface_id: str) -> Response:
             current_traceparent(),
             tier=p.config.queue_suffix,
         )
+        heard = p.pump.heard()  # before the job can finish: see prefer.wait_finished
         try:
             result = await _enqueue(p, surface, env)
         except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
@@ -168,7 +169,7 @@ async def enqueue(surface_id: str) -> Response:
     resp = json_response(body, 202)
     resp.headers["Location"] = body["pollUrl"]
     resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return await prefer.respond(p, result.job_id, grant, resp)  # Prefer: wait
+    return await prefer.respond(p, result.job_id, grant, resp, heard)  # Prefer: wait
 
 
 async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:
