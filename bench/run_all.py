@@ -87,6 +87,12 @@ def _check(value: Any, ok: Callable[[Any], bool]) -> str:
     return "met" if ok(value) else "**missed**"
 
 
+def _busy(result: dict[str, Any], phase: str) -> str:
+    """A note when other processes on the host used much CPU during ``phase``."""
+    others = result.get("host_others_cpu_pct", {}).get(phase)
+    return f" (host busy: others used {others:.0f} % CPU)" if others and others > 20 else ""
+
+
 def render(runs: list[dict[str, Any]]) -> str:
     r = {
         name: load(name)
@@ -157,7 +163,8 @@ def render(runs: list[dict[str, Any]]) -> str:
                 else ""
             ),
             "≤ 4 / ≤ 12 ms",
-            f"{_fmt(pw.get('prefer_p50_ms'))} / {_fmt(pw.get('prefer_p99_ms'))} ms",
+            f"{_fmt(pw.get('prefer_p50_ms'))} / {_fmt(pw.get('prefer_p99_ms'))} ms"
+            + _busy(pw, "idle"),
             _check(
                 (pw.get("prefer_p50_ms"), pw.get("prefer_p99_ms")) if pw else None,
                 lambda v: v[0] <= 4 and v[1] <= 12,
@@ -171,6 +178,7 @@ def render(runs: list[dict[str, Any]]) -> str:
             (
                 f"{_fmt(pw.get('load_prefer_p99_ms'))} ms, {_fmt(pw.get('load_prefer_rps'))} "
                 f"req/s, {_fmt(pw.get('load_prefer_unanswered'))} unanswered"
+                + _busy(pw, "load_prefer")
                 if pw
                 else "—"
             ),
