@@ -3,9 +3,9 @@
 The caller asks to wait up to N seconds (capped by ``DATAPLANE_MAX_PREFER_WAIT_SECONDS``)
 for the answer. The POST then waits on the reply pump exactly as a stream does:
 
-* the pump waiter is added **before** the one row read (a job that finishes in
-  between is not missed, the done-before-LISTEN race), then the waiter alone wakes
-  the request: no polling. The read is skipped when the pump has heard no notify
+* the pump waiter is added **before** the (at most one) row read, so a job that
+  finishes in between is not missed (the done-before-LISTEN race); then the waiter
+  alone wakes the request: no polling. The read is skipped when the pump has heard no notify
   (and no LISTEN gap) since before the enqueue: then the job's finish cannot have
   gone by unheard, and at idle the answer costs no DB read beyond the pump's own;
 * answered in time: ``200`` with the job's answer, the body the stream's final event
@@ -97,9 +97,8 @@ async def wait_finished(
     The pump's waiter, added first, then at most one row read: none when
     ``heard_before`` (:meth:`ReplyPump.heard` read before the job could finish) shows
     that no notify or LISTEN gap went by since and the pump is listening (then the
-    waiter alone hears the finish).
-    The waiter is discarded however this ends (an answer, the time up, or the request
-    cancelled by a client that went away)."""
+    waiter alone hears the finish). The waiter is discarded however this ends (an
+    answer, the time up, or the request cancelled by a client that went away)."""
     waiter = pump.add(job_id)
     try:
         if heard_before is None or pump.heard() != heard_before or not pump.listening:
