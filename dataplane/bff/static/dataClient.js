@@ -48,8 +48,10 @@ const PREFER_WAIT_SECONDS = 1;
 // POSTs of this page held open at once for their answer. A held POST occupies one of the
 // six connections a browser keeps per origin over HTTP/1.1: past this many, a query POSTs
 // without Prefer (202 at once, then the stream), so a burst of queries is not serialised
-// behind held POSTs (and identical ones still coalesce onto one live job).
-const MAX_WAITING_POSTS = 4;
+// behind held POSTs (and identical ones still coalesce onto one live job): two held
+// leave four connections for the rest (a burst of 50 identical queries coalesced less
+// reliably with four held on a busy machine).
+const MAX_WAITING_POSTS = 2;
 let waitingPosts = 0; // shared by every client of the page: the connections are too
 
 /** An error answer of the data plane (HTTP, in the job's answer, or a parked job). */
