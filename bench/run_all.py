@@ -40,6 +40,7 @@ def benchmarks(soak_minutes: float, quick: bool) -> list[tuple[str, list[str]]]:
         ("queue", []),
         ("worker", []),
         ("e2e", ["--quick"] if quick else []),
+        ("prefer_wait", q),
         ("coalesce", []),
         ("tracing", q),
         ("scaling", q),
@@ -86,11 +87,20 @@ def _check(value: Any, ok: Callable[[Any], bool]) -> str:
     return "met" if ok(value) else "**missed**"
 
 
+def _busy(result: dict[str, Any], phase: str) -> str:
+    """A note when other processes on the host used much CPU during ``phase``."""
+    others = result.get("host_others_cpu_pct", {}).get(phase)
+    return f" (host busy: others used {others:.0f} % CPU)" if others and others > 20 else ""
+
+
 def render(runs: list[dict[str, Any]]) -> str:
     r = {
         name: load(name)
         for name in ("queue", "worker", "e2e", "coalesce", "tracing", "scaling", "soak")
     }
+    pw = load("prefer_wait")
+    if pw:
+        r["prefer_wait"] = pw
     q, w, e, c, t, s, soak = (
         r["queue"],
         r["worker"],
@@ -143,6 +153,40 @@ def render(runs: list[dict[str, Any]]) -> str:
                 lambda v: v[0] <= 10 and v[1] <= 30,
             ),
             "e2e",
+        ),
+        (
+            "one round trip: POST (`Prefer: wait`) → answer, `probe.echo`, p50 / p99"
+            + (
+                f" (POST → SSE done in the same run: {_fmt(pw.get('sse_p50_ms'))} / "
+                f"{_fmt(pw.get('sse_p99_ms'))} ms)"
+                if pw
+                else ""
+            ),
+            "≤ 4 / ≤ 12 ms",
+            f"{_fmt(pw.get('prefer_p50_ms'))} / {_fmt(pw.get('prefer_p99_ms'))} ms"
+            + _busy(pw, "idle"),
+            _check(
+                (pw.get("prefer_p50_ms"), pw.get("prefer_p99_ms")) if pw else None,
+                lambda v: v[0] <= 4 and v[1] <= 12,
+            ),
+            "prefer_wait",
+        ),
+        (
+            "32 clients, 1 BFF + 1 worker, POST (`Prefer: wait`) → answer, p99"
+            + (f" (POST → SSE done: {_fmt(pw.get('load_sse_p99_ms'))} ms)" if pw else ""),
+            "≤ 80 ms, nothing unanswered",
+            (
+                f"{_fmt(pw.get('load_prefer_p99_ms'))} ms, {_fmt(pw.get('load_prefer_rps'))} "
+                f"req/s, {_fmt(pw.get('load_prefer_unanswered'))} unanswered"
+                + _busy(pw, "load_prefer")
+                if pw
+                else "—"
+            ),
+            _check(
+                (pw.get("load_prefer_p99_ms"), pw.get("load_prefer_unanswered")) if pw else None,
+                lambda v: v[0] <= 80 and v[1] == 0,
+            ),
+            "prefer_wait",
         ),
         (
             "identical concurrent requests",

@@ -11,6 +11,7 @@ from dataplane.surfaces import SurfacesConfig
 
 SSE_DEADLINE_SECONDS = 60.0  # per-stream deadline, then event: error TIMEOUT
 SWEEP_SECONDS = 5.0  # reply pump sweep cadence
+MAX_PREFER_WAIT_SECONDS = 5  # the most a POST's `Prefer: wait=N` may hold it for its answer
 POOL_SIZE = 20  # queue DB connections of one BFF process
 JWKS_REFRESH_SECONDS = 60.0  # an unknown kid fetches the JWKS at most once per this
 JWKS_MAX_AGE_SECONDS = 3600.0  # cached JWKS keys are re-fetched once older than this
@@ -53,6 +54,10 @@ class BffConfig:
         "DATAPLANE_SSE_DEADLINE_SECONDS", SSE_DEADLINE_SECONDS, minimum=0.001
     )
     sweep_seconds: float = setting("DATAPLANE_SWEEP_SECONDS", SWEEP_SECONDS, minimum=0.001)
+    # Whole seconds (RFC 7240 `wait` is delta-seconds); 0 ignores `Prefer: wait`.
+    max_prefer_wait_seconds: int = setting(
+        "DATAPLANE_MAX_PREFER_WAIT_SECONDS", MAX_PREFER_WAIT_SECONDS, minimum=0
+    )
     pool_size: int = POOL_SIZE
     # GET /metrics (with DATAPLANE_METRICS=1) requires this as a bearer token when set;
     # unset, it is served to anyone who reaches the BFF's port (keep it off the internet).

@@ -62,6 +62,27 @@ def _operation_schema(surface: Surface) -> dict[str, Any]:
 
 
 SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
+PREFER: dict[str, Any] = {
+    "name": "Prefer",
+    "in": "header",
+    "required": False,
+    "description": "RFC 7240. `wait=N`: hold the POST up to N seconds (capped by"
+    " DATAPLANE_MAX_PREFER_WAIT_SECONDS, default 5) and answer 200 with the job's answer if"
+    " it comes in time, else the usual 202. `respond-async`: the immediate 202 (the"
+    " default). Several fields or comma-separated preferences; unknown preferences and"
+    " values that are not delta-seconds (wait=abc, wait=-1) are ignored, never an error.",
+    "schema": {"type": "string"},
+    "example": "wait=2",
+}
+PREFERENCE_APPLIED: dict[str, Any] = {
+    "description": "RFC 7240: the preferences applied, e.g. `wait=2` (the wait applied, capped)"
+    " or `respond-async`",
+    "schema": {"type": "string"},
+}
+VARY: dict[str, Any] = {
+    "description": "includes Prefer: the answer depends on it",
+    "schema": {"type": "string"},
+}
 JOB_PARAMS: list[dict[str, Any]] = [
     {"name": "jobId", "in": "path", "required": True, "schema": {"type": "string"}},
     {
@@ -97,16 +118,37 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
             "summary": f"Enqueue a {sid} query",
             "description": surface.description,
             "security": SECURITY,
+            "parameters": [PREFER],
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _operation_schema(surface)}},
             },
             "responses": {
+                "200": {
+                    "description": "Prefer: wait=N and the job finished within N seconds (capped):"
+                    " its answer, as the poll's 200 gives it (the job's outcome, an expected"
+                    " error or POISON included, is in the body)",
+                    "headers": {
+                        "Preference-Applied": PREFERENCE_APPLIED,
+                        "Content-Location": {
+                            "description": "the poll URL, whose answer this is",
+                            "schema": {"type": "string"},
+                        },
+                        "Vary": VARY,
+                    },
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}
+                    },
+                },
                 "202": {
-                    "description": "Queued (or attached to an identical live job)",
+                    "description": "Queued (or attached to an identical live job); with"
+                    " Prefer: wait=N, after waiting N seconds (capped) for an answer that did"
+                    " not come",
                     "headers": {
                         "Location": {"schema": {"type": "string"}},
                         "Retry-After": {"schema": {"type": "string"}},
+                        "Preference-Applied": PREFERENCE_APPLIED,
+                        "Vary": VARY,
                     },
                     "content": {
                         "application/json": {"schema": {"$ref": "#/components/schemas/Queued"}}

@@ -74,6 +74,7 @@ class PumpStatistics:
 
 @dataclass
 class _Counters:
+    gaps: int = 0
     notifies: int = 0
     reads: int = 0
     sweeps: int = 0
@@ -134,6 +135,12 @@ class ReplyPump:
             if not waiters:
                 del self._waiters[waiter.job_id]
 
+    def heard(self) -> int:
+        """Notifies and LISTEN gaps taken in so far. Read before a job can finish and
+        unchanged once a waiter on it is added: no notify of that job went by unheard,
+        so the waiter alone will hear it (no row check needed)."""
+        return self._counters.notifies + self._counters.gaps
+
     def statistics(self) -> PumpStatistics:
         c = self._counters
         return PumpStatistics(
@@ -166,6 +173,7 @@ class ReplyPump:
             wanted: set[uuid.UUID] = set()
             for event in batch:
                 if isinstance(event, Gap):
+                    self._counters.gaps += 1
                     self._sweep_now.set()
                 elif isinstance(event, Notification):
                     self._counters.notifies += 1

@@ -1,6 +1,7 @@
 """The BFF's routes (all plane routes under ``/api/<surface>/``; JSON in, JSON out)::
 
     POST /api/<surface>/q                  enqueue -> 202 {jobId, streamUrl, pollUrl, coalesced}
+                                           (Prefer: wait=N -> 200 with the answer if in time)
     GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
     GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live
     GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
@@ -19,6 +20,7 @@ import trio
 from opentelemetry.trace import SpanKind
 from quart import Blueprint, Response, current_app, request
 
+from dataplane.bff import prefer
 from dataplane.bff.jobs import (
     answer,
     bearer,
@@ -140,6 +142,7 @@ async def enqueue(surface_id: str) -> Response:
             current_traceparent(),
             tier=p.config.queue_suffix,
         )
+        heard = p.pump.heard()  # before the job can finish: see prefer.wait_finished
         try:
             result = await _enqueue(p, surface, env)
         except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
@@ -163,16 +166,15 @@ async def enqueue(surface_id: str) -> Response:
     metrics.enqueued.add(1, {QUEUE_TYPE: queue_type.name, OPERATION: op.name})
     if result.coalesced:
         metrics.coalesced.add(1, {QUEUE_TYPE: queue_type.name, "dataplane.layer": "transport"})
-    token = p.tokens.mint(
-        StreamGrant(
-            job_id,
-            surface.id,
-            auth.client,
-            auth.scope_key,
-            result.coalesced,
-            p.config.queue_suffix,
-        )
+    grant = StreamGrant(
+        job_id,
+        surface.id,
+        auth.client,
+        auth.scope_key,
+        result.coalesced,
+        p.config.queue_suffix,
     )
+    token = p.tokens.mint(grant)
     body = {
         "jobId": job_id,
         "streamUrl": stream_url(surface.id, job_id, token),
@@ -182,7 +184,7 @@ async def enqueue(surface_id: str) -> Response:
     resp = json_response(body, 202)
     resp.headers["Location"] = body["pollUrl"]
     resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return resp
+    return await prefer.respond(p, result.job_id, grant, resp, heard)  # Prefer: wait
 
 
 async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:

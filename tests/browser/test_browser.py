@@ -221,16 +221,17 @@ def test_an_aborted_query_stops_cleanly(page: Page, stack: Stack) -> None:
 def test_stream_timeout_falls_back_to_polling(page: Page, stack: Stack) -> None:
     _open(page, stack.page_url(stack.short_deadline_base))
     started = time.monotonic()
-    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 2500})")
+    # 3.5 s: past the POST's 1 s Prefer wait and the stream's 1 s deadline, with room.
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 3500})")
     assert answer["ok"], answer
-    assert answer["result"] == {"slept_ms": 2500}
+    assert answer["result"] == {"slept_ms": 3500}
     assert time.monotonic() - started < 15
     names = [name for name, _ in answer["events"]]
     data = dict(answer["events"])
     assert names[:2] == ["queued", "error"] and data["error"]["code"] == "TIMEOUT", names
     polls = [d["httpStatus"] for name, d in answer["events"] if name == "poll"]
     assert polls[-1] == 200 and 202 in polls and names[-1] == "done", answer["events"]
-    assert data["done"]["result"] == {"slept_ms": 2500}
+    assert data["done"]["result"] == {"slept_ms": 3500}
 
     # Aborting while polling stops the polling.
     log = _record_requests(page)
@@ -244,11 +245,50 @@ def test_stream_timeout_falls_back_to_polling(page: Page, stack: Stack) -> None:
 def test_a_stream_that_cannot_connect_falls_back_to_polling(page: Page, stack: Stack) -> None:
     _open(page, stack.page_url())
     page.route(re.compile(r"/stream\?"), lambda route: route.abort())
-    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 600})")
-    assert answer["ok"] and answer["result"] == {"slept_ms": 600}, answer
+    # Slower than the POST's 1 s Prefer wait, so the client turns to the stream.
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 1600})")
+    assert answer["ok"] and answer["result"] == {"slept_ms": 1600}, answer
     names = [name for name, _ in answer["events"]]
     assert "queued" not in names and "error" not in names, names
     assert names[-2:] == ["poll", "done"] and answer["events"][-2][1]["httpStatus"] == 200
+
+
+def _record_posts(page: Page) -> list[tuple[str, str | None]]:
+    """Every POST the page makes from now on, as (path, its Prefer header)."""
+    posts: list[tuple[str, str | None]] = []
+
+    def record(request: Any) -> None:
+        if request.method == "POST":
+            posts.append((request.url.split("?")[0], request.headers.get("prefer")))
+
+    page.on("request", record)
+    return posts
+
+
+def test_a_fast_answer_comes_in_one_round_trip(page: Page, stack: Stack) -> None:
+    _open(page, stack.page_url())
+    log = _record_requests(page)
+    posts = _record_posts(page)
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'echo', {value: 'one trip'})")
+    assert answer["ok"] and answer["result"] == {"echo": "one trip", "client": "acme"}, answer
+    assert [name for name, _ in answer["events"]] == ["done"], answer["events"]
+    job_id = answer["events"][0][1]["jobId"]
+    assert posts == [(f"{stack.base}/api/probe/q", "wait=1")], posts
+    # The POST's 200 carried the answer: no EventSource, no poll, nothing else asked.
+    assert not any("/stream" in line for line in log) and _kinds(log, job_id) == [], log
+    assert len(log) == 1, log
+    assert page.evaluate("() => dataplaneDemo.openStreams()") == 0
+
+
+def test_a_slow_answer_comes_over_the_stream(page: Page, stack: Stack) -> None:
+    _open(page, stack.page_url())
+    log = _record_requests(page)
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'sleep', {ms: 1700})")
+    assert answer["ok"] and answer["result"] == {"slept_ms": 1700}, answer
+    names = [name for name, _ in answer["events"]]
+    assert names == ["queued", "done"], answer["events"]  # the POST's wait ran out: 202
+    job_id = answer["events"][-1][1]["jobId"]
+    assert _kinds(log, job_id) == ["stream"], log
 
 
 def test_a_parked_job_is_a_typed_poison_error(page: Page, stack: Stack) -> None:

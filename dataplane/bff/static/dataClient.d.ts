@@ -27,9 +27,18 @@ export interface DataClientOptions {
   fetch?: typeof globalThis.fetch;
   /** Defaults to the global EventSource. */
   EventSource?: typeof globalThis.EventSource;
+  /**
+   * How long the POST may wait for the answer (`Prefer: wait=N`, RFC 7240; whole
+   * seconds, capped by the server). An answer within it comes in the POST's `200`: one
+   * round trip, no stream. 0 never waits (always 202, then the stream). Default 1.
+   * At most 2 POSTs of a page wait at once (each holds one of the browser's HTTP/1.1
+   * connections to the origin); the others ask for no wait.
+   */
+  preferWaitSeconds?: number;
 }
 
-/** A finished job's answer: the `done` event's data and the poll's 200 body. */
+/** A finished job's answer: the `done` event's data, the poll's 200 body and the POST's
+ * 200 body under `Prefer: wait`. */
 export interface Answer<T = unknown> {
   jobId: string;
   status: string;

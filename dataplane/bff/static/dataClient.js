@@ -5,9 +5,12 @@
  *   const users = createDataClient({ baseUrl: "/api/users", getToken: () => token });
  *   const page = await users.query("list", { limit: 10 }, { signal, onEvent });
  *
- * A query POSTs `{operation, params}` to `<baseUrl>/q` (202 `{jobId, streamUrl,
- * pollUrl, coalesced}`), then listens on `streamUrl` (Server-Sent Events) for
- * `done`. On a stream `TIMEOUT` (the job keeps running), or a stream that cannot
+ * A query POSTs `{operation, params}` to `<baseUrl>/q` with `Prefer: wait=1`
+ * (RFC 7240): a job that answers within that second comes back in the POST's own
+ * `200`, one round trip, no stream (at most MAX_WAITING_POSTS such POSTs wait at once;
+ * the others ask for no wait). Otherwise the POST answers 202 `{jobId,
+ * streamUrl, pollUrl, coalesced}` and the client listens on `streamUrl`
+ * (Server-Sent Events) for `done`. On a stream `TIMEOUT` (the job keeps running), or a stream that cannot
  * connect, it polls `pollUrl` instead (honouring `Retry-After`, bounded backoff)
  * until the answer is there. Reconnects are EventSource's own (it sends
  * `Last-Event-ID`, so a reconnect never replays an event).
@@ -36,6 +39,20 @@ const POLL_FIRST_MS = 250; // first poll delay when the server gives no Retry-Af
 const POLL_MAX_MS = 5000; // the backoff ceiling
 const POLL_MAX_FAILURES = 5; // consecutive 503s / network failures before giving up
 const STREAM_MAX_ERRORS = 3; // connection errors after the first event before polling
+// How long a POST asks the BFF to hold it for the answer (Prefer: wait, whole seconds).
+// Typical answers (probe.echo, cache hits, the demo's queries) take milliseconds to a few
+// hundred; a job slower than this pays one extra round trip (the stream, a few ms: under
+// 1 % of its time) and gets its `queued` event at most this late. Below the server's cap
+// (DATAPLANE_MAX_PREFER_WAIT_SECONDS, 5 by default), so the client's choice holds.
+const PREFER_WAIT_SECONDS = 1;
+// POSTs of this page held open at once for their answer. A held POST occupies one of the
+// six connections a browser keeps per origin over HTTP/1.1: past this many, a query POSTs
+// without Prefer (202 at once, then the stream), so a burst of queries is not serialised
+// behind held POSTs (and identical ones still coalesce onto one live job): two held
+// leave four connections for the rest (a burst of 50 identical queries coalesced less
+// reliably with four held on a busy machine).
+const MAX_WAITING_POSTS = 2;
+let waitingPosts = 0; // shared by every client of the page: the connections are too
 
 /** An error answer of the data plane (HTTP, in the job's answer, or a parked job). */
 export class DataPlaneError extends Error {
@@ -61,6 +78,8 @@ export class DataPlaneError extends Error {
  * @property {() => string | Promise<string>} getToken the caller's JWT (sent as a Bearer token)
  * @property {typeof globalThis.fetch} [fetch] defaults to the global fetch
  * @property {typeof globalThis.EventSource} [EventSource] defaults to the global EventSource
+ * @property {number} [preferWaitSeconds] how long the POST may wait for the answer
+ *   (`Prefer: wait`, whole seconds); 0 never waits: always 202 and the stream. Default 1
  *
  * @typedef {"queued" | "done" | "error" | "poll"} QueryEventName
  *
@@ -85,10 +104,19 @@ export class DataPlaneError extends Error {
  * @param {DataClientOptions} options
  * @returns {DataClient}
  */
-export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSource: ES }) {
+export function createDataClient({
+  baseUrl,
+  getToken,
+  fetch: fetchImpl,
+  EventSource: ES,
+  preferWaitSeconds = PREFER_WAIT_SECONDS,
+}) {
   const doFetch = fetchImpl || globalThis.fetch.bind(globalThis);
   const EventSourceImpl = ES || globalThis.EventSource;
   const root = baseUrl.replace(/\/+$/, "");
+  const wait = Math.max(0, Math.floor(Number(preferWaitSeconds) || 0));
+  /** @type {Record<string, string>} */
+  const prefer = wait > 0 ? { Prefer: `wait=${wait}` } : {};
 
   /** @param {string} operation @param {object} [params] @param {QueryOptions} [options] */
   async function query(operation, params = {}, { signal, onEvent } = {}) {
@@ -106,21 +134,47 @@ export function createDataClient({ baseUrl, getToken, fetch: fetchImpl, EventSou
       throwIfAborted(signal);
       const token = await getToken();
       throwIfAborted(signal);
-      const resp = await doFetch(absolute(`${root}/q`), {
-        method: "POST",
-        headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
-        body: JSON.stringify({ operation, params }),
-        signal,
-      });
-      if (resp.status !== 202) throw await errorOf(resp, null);
-      const job = await resp.json();
-      jobId = job.jobId;
-      const answer =
-        (await viaStream(EventSourceImpl, job, signal, emit)) ||
-        (await viaPolling(doFetch, job, signal, emit));
+      const held = wait > 0 && waitingPosts < MAX_WAITING_POSTS;
+      if (held) waitingPosts += 1;
+      /** @type {Response} */
+      let resp;
+      try {
+        resp = await doFetch(absolute(`${root}/q`), {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${token}`,
+            "Content-Type": "application/json",
+            ...(held ? prefer : {}),
+          },
+          body: JSON.stringify({ operation, params }),
+          signal,
+        });
+      } finally {
+        if (held) waitingPosts -= 1;
+      }
+      /** @type {any} */
+      let answer;
+      if (resp.status === 200) {
+        // Prefer: wait: the answer came with the POST (the body the stream's end carries).
+        answer = await resp.json();
+        jobId = answer.jobId;
+        if (answer.status === "poison" || answer.status === "cancelled") {
+          // As the stream reports a parked or cancelled job: an error event, then reject.
+          emit("error", { jobId: answer.jobId, ...answer.error });
+          throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
+        }
+      } else if (resp.status === 202) {
+        const job = await resp.json();
+        jobId = job.jobId;
+        answer =
+          (await viaStream(EventSourceImpl, job, signal, emit)) ||
+          (await viaPolling(doFetch, job, signal, emit));
+      } else {
+        throw await errorOf(resp, null);
+      }
       emit("done", answer);
-      if (answer.error) throw new DataPlaneError({ ...answer.error, jobId: job.jobId });
-      if (answer.blobRef) return await fetchBlob(doFetch, answer.blobRef, job.jobId, signal);
+      if (answer.error) throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
+      if (answer.blobRef) return await fetchBlob(doFetch, answer.blobRef, answer.jobId, signal);
       return answer.result;
     } catch (err) {
       if (signal?.aborted) throw abortError(signal);

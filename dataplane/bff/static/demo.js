@@ -45,11 +45,12 @@ class TrackedEventSource extends EventSource {
 const openStreams = () =>
   [...streams].filter((s) => s.readyState !== EventSource.CLOSED).length;
 
-function clientFor(surface, getToken = currentToken) {
+function clientFor(surface, getToken = currentToken, extra = {}) {
   return createDataClient({
     baseUrl: `/api/${surface}`,
     getToken,
     EventSource: TrackedEventSource,
+    ...extra,
   });
 }
 
@@ -337,7 +338,10 @@ async function burst() {
   result.dataset.state = "running";
   const jobIds = new Set();
   let coalesced = 0;
-  const probe = clientFor("probe");
+  // 50 at once over HTTP/1.1 (six connections per origin): POSTs held for their answer
+  // (Prefer: wait) would take connections the others need while the job runs, so late
+  // POSTs could miss the live job. A burst asks for no wait: 202 at once, then streams.
+  const probe = clientFor("probe", currentToken, { preferWaitSeconds: 0 });
   const t0 = burstSlot.start();
   const outcomes = await Promise.allSettled(
     Array.from({ length: BURST }, () =>
