@@ -367,7 +367,8 @@ _RULE_PARAMETER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 
 
 async def _note_route() -> None:
-    """Before a matched route runs: its template (``/api/{surface_id}/q``) for the metric."""
+    """Before a matched route runs: its template, for the metric (a route with a server
+    span names its own instead, the span's ``http.route``)."""
     exchange = _EXCHANGE.get()
     rule = request.url_rule
     if exchange is not None and rule is not None:

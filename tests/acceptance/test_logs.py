@@ -192,7 +192,9 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     assert any(r["logger"] == "hypercorn.error" for r in json_lines(bff_log))
     capcom_lines = json_lines(capcom_log)
     assert any(
-        r["logger"] == "dataplane.access" and r["route"] is None and r["status"] == 204
+        r["logger"] == "dataplane.access"
+        and r["route"] == "/worker/job-finished"
+        and r["status"] == 204
         for r in capcom_lines
     )
 

@@ -438,7 +438,7 @@ async def _check_http_metric(prom: Prometheus) -> None:
     status codes, from the BFF and capcom."""
     series = await prom.query("http_server_request_duration_seconds_count")
     routes = {s["metric"].get("http_route") for s in series}
-    assert "/api/{surface_id}/q" in routes and "/api/{surface_id}/q/{job_id}/stream" in routes
+    assert "/api/{surface}/q" in routes and "/api/{surface}/q/{jobId}/stream" in routes
     assert "/worker/job-finished" in routes, routes  # capcom
     assert not any(r and re.search(r"[0-9a-f]{8}-", r) for r in routes), routes
     statuses = {
