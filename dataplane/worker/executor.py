@@ -125,7 +125,7 @@ class JobExecutor:
         """Execute one claim; hand the row back if shutdown cancels it unfinished."""
         job = running.job
         started, cpu_started = time.perf_counter(), time.process_time()
-        result = JobResult(Outcome.RELEASED)
+        result = JobResult(Outcome.RELEASED, self._operation_of(job))
         span = self._process_span(job)
         try:
             with running.scope:
@@ -148,6 +148,12 @@ class JobExecutor:
                     self.reporter.report(report)
                 else:
                     self.reporter.report(report, parent=context_of(span))
+
+    def _operation_of(self, job: ClaimedJob) -> str:
+        """The job's operation while it has not been checked yet (a cancelled or lost
+        attempt's metrics and report): a known name of this surface, else ``?``."""
+        name = job.payload.get("operation") if isinstance(job.payload, dict) else None
+        return name if isinstance(name, str) and name in self.surface.operations else "?"
 
     async def _release(self, job: ClaimedJob) -> None:
         """Cancelled by shutdown past the grace period: hand the row back (shielded)."""
