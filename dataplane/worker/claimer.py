@@ -1,6 +1,6 @@
 """The claimer: takes jobs of one queue type, never more than the worker has free slots.
 
-It claims at most ``concurrency - held`` rows in one statement and starts each
+It claims at most the free slots (:meth:`HeldJobs.free_slots`) in one statement and starts each
 claim's execution in the jobs nursery it is given. With nothing to claim it
 waits: 100 ms doubling to ``idle_ms``, cut short by :meth:`Claimer.wake` (an
 enqueue notify, a freed slot, a LISTEN gap). A failed claim (queue DB down) is
@@ -64,7 +64,7 @@ class Claimer:
         config = self.config
         backoff_ms = config.poll_start_ms
         while not self._stopping:
-            free = config.concurrency - len(self.held)
+            free = self.held.free_slots(config.concurrency)
             self._wake = trio.Event()  # before the claim: no wake-up can be lost
             if free <= 0:
                 await self._wake.wait()

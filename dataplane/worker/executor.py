@@ -99,7 +99,9 @@ class JobExecutor:
     async def run(self, running: Running) -> None:
         """Execute one claim; hand the row back if shutdown cancels it unfinished."""
         job = running.job
-        started, cpu_started = time.perf_counter(), time.process_time()
+        reporting = self.reporter is not None  # else no clock reads for a report
+        started = time.perf_counter() if reporting else 0.0
+        cpu_started = time.process_time() if reporting else 0.0
         result = JobResult(Outcome.RELEASED)
         try:
             with running.scope:
@@ -297,7 +299,7 @@ class JobExecutor:
         While the completer retries through an outage the claim stays held and renewed;
         if the write never lands, ``run`` releases the claim.
         """
-        running.finishing = True
+        self.held.hand_off(running)
         job = running.job
         try:
             with tracer().start_as_current_span(
@@ -320,7 +322,7 @@ class JobExecutor:
             exc,
             exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
         )
-        running.finishing = True
+        self.held.hand_off(running)
         try:
             status = await self.queue.fail(
                 job,

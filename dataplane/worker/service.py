@@ -75,7 +75,7 @@ class Worker:
         self.surface = surface
         self.queue = queue
         self.reporter = reporter
-        self.held = HeldJobs()
+        self.held = HeldJobs(on_hand_off=self._slot_freed)
         self.completer = Completer(queue)
         self.executor = JobExecutor(
             config,
