@@ -50,10 +50,15 @@ class Running:
 class HeldJobs:
     """The running claims, and a signal for when there are none."""
 
-    def __init__(self, on_hand_off: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_hand_off: Callable[[], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self._held: dict[tuple[uuid.UUID, int], Running] = {}
         self._executing = 0  # held and not yet handed off
-        self._on_hand_off = on_hand_off
+        self._on_hand_off = on_hand_off  # a slot came free
+        self._on_change = on_change  # a claim was added, handed off or removed
         self._idle = trio.Event()
         self._idle.set()
 
@@ -63,6 +68,8 @@ class HeldJobs:
             self._idle = trio.Event()
         self._held[job.id, job.dequeue_count] = running
         self._executing += 1
+        if self._on_change is not None:
+            self._on_change()
         return running
 
     def hand_off(self, running: Running) -> None:
@@ -73,6 +80,8 @@ class HeldJobs:
         self._executing -= 1
         if self._on_hand_off is not None:
             self._on_hand_off()
+        if self._on_change is not None:
+            self._on_change()
 
     def remove(self, running: Running) -> None:
         del self._held[running.job.id, running.job.dequeue_count]
@@ -80,6 +89,8 @@ class HeldJobs:
             self._executing -= 1
         if not self._held:
             self._idle.set()
+        if self._on_change is not None:
+            self._on_change()
 
     def free_slots(self, concurrency: int) -> int:
         """How many more claims may be taken now (see the module docstring)."""
