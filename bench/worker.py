@@ -119,6 +119,9 @@ class Plan:
     drain_cap_s: float = 45.0  # per run
     idle_settle_s: float = 5.0
     idle_sample_s: float = 30.0
+    herd_workers: int = 4
+    herd_window_s: float = 10.0  # quiet window, then the same with enqueues
+    herd_every_s: float = 0.2  # one job per period: every worker idle between them
     op_jobs: int = 100  # measured jobs per operation
     op_warmup: int = 3  # excluded jobs per operation (first connections, plans)
     op_cap_s: float = 25.0  # per operation
@@ -134,6 +137,7 @@ class Plan:
             drain_cap_s=15.0,
             idle_settle_s=1.0,
             idle_sample_s=5.0,
+            herd_window_s=4.0,
             op_jobs=10,
             op_warmup=1,
             op_cap_s=10.0,
@@ -518,6 +522,98 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
     }
 
 
+# -- phase 2b: thundering herd --------------------------------------------
+
+
+def _herd_window(
+    server: Server, procs: list[Child], seconds: float, enqueue_every: float | None
+) -> dict[str, float]:
+    """Server transactions and the workers' CPU over one window; with ``enqueue_every``,
+    one probe.echo job enqueued (real statement) and awaited (done notify) per period."""
+    pg_cpu = ServerCpu(server)
+    tag = uuid.uuid4().hex[:8]
+    with (
+        psycopg.connect(server.dsn, autocommit=True) as conn,
+        psycopg.connect(server.dsn, autocommit=True) as listen,
+    ):
+        listen.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(done_channel(PROBE_TYPE))))
+        x0, pg0 = _xact_commits(conn), pg_cpu.sample()
+        cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        t0 = time.perf_counter()
+        jobs = 0
+        while time.perf_counter() - t0 < seconds:
+            if enqueue_every is None:
+                time.sleep(min(0.5, seconds - (time.perf_counter() - t0)))
+                continue
+            env = Envelope("probe", "echo", 1, {"value": f"{tag}-{jobs}"}, STAFF)
+            params = {
+                "type": PROBE_TYPE,
+                "dedupe_key": env.dedupe_key,
+                "payload": to_json(env.to_json()),
+                "max_dequeues": MAX_DEQUEUES,
+                "client": "acme",
+            }
+            row = conn.execute(q("job_enqueue"), params).fetchone()
+            assert row is not None
+            key, next_at = str(row[0]), time.perf_counter() + enqueue_every
+            seen = False
+            while not seen and time.perf_counter() < next_at + 5:
+                for note in listen.notifies(timeout=5, stop_after=1):
+                    seen = seen or note.payload == key
+            jobs += 1
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        elapsed = time.perf_counter() - t0
+        cpu1 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        x1, pg1 = _xact_commits(conn), pg_cpu.sample()
+    return {
+        "seconds": elapsed,
+        "jobs": jobs,
+        "xacts": x1 - x0 - 1,  # the sampler's own second snapshot
+        "worker_cpu_s": sum(cpu1) - sum(cpu0),
+        "postgres_cpu_s": ServerCpu.delta(pg0, pg1) or 0.0,
+    }
+
+
+def phase_herd(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
+    """``herd_workers`` idle probe workers (default settings), jobs enqueued one at a time.
+
+    Statements per enqueue = (transactions in the enqueue window - the quiet window's
+    rate x its length) / jobs: an enqueue, its claims, its completion. Without a herd that
+    is 3 (one claim); with every idle worker claiming it is 2 + ``herd_workers``.
+    """
+    procs = [
+        workers.start(f"herd-{i}", PROBE_TYPE, DATAPLANE_PROBE="1")
+        for i in range(plan.herd_workers)
+    ]
+    try:
+        for proc in procs:
+            wait_serving_blocking(proc)
+        time.sleep(plan.idle_settle_s)
+        quiet = _herd_window(server, procs, plan.herd_window_s, None)
+        busy = _herd_window(server, procs, plan.herd_window_s, plan.herd_every_s)
+    finally:
+        for proc in procs:
+            workers.stop(proc)
+    scale = busy["seconds"] / quiet["seconds"]
+    jobs = max(busy["jobs"], 1)
+    extra_cpu = busy["worker_cpu_s"] - quiet["worker_cpu_s"] * scale
+    return {
+        "workers": plan.herd_workers,
+        "jobs": busy["jobs"],
+        "enqueue_every_s": plan.herd_every_s,
+        "statements_per_enqueue": round((busy["xacts"] - quiet["xacts"] * scale) / jobs, 2),
+        "claims_per_enqueue": round((busy["xacts"] - quiet["xacts"] * scale) / jobs - 2, 2),
+        "worker_cpu_us_per_enqueue": round(1e6 * extra_cpu / jobs, 1),
+        "postgres_cpu_us_per_enqueue": round(
+            1e6 * (busy["postgres_cpu_s"] - quiet["postgres_cpu_s"] * scale) / jobs, 1
+        ),
+        "idle_cpu_percent_per_worker": round(
+            100 * quiet["worker_cpu_s"] / quiet["seconds"] / plan.herd_workers, 3
+        ),
+        "quiet_xacts_per_s": round(quiet["xacts"] / quiet["seconds"], 2),
+    }
+
+
 # -- phase 3: per-operation execution ------------------------------------
 
 
@@ -779,8 +875,8 @@ def report(
     raw: dict[str, Any],
 ) -> dict[str, Any]:
     drain = raw.get("drain", [])
-    best = max(drain, key=lambda r: r["jobs_per_s"], default={})
-    default = max(
+    best: dict[str, Any] = max(drain, key=lambda r: r["jobs_per_s"], default={})
+    default: dict[str, Any] = max(
         (r for r in drain if r["concurrency"] == "default"),
         key=lambda r: r["jobs_per_s"],
         default={},
@@ -803,6 +899,8 @@ def report(
         },
         "queue_drain_jobs_per_s": raw["queue_reference"],
         "idle_cpu_percent": idle.get("idle_cpu_percent"),
+        # four idle workers, one enqueue: claim statements it caused (1 = no herd)
+        "herd_claims_per_enqueue": raw.get("herd", {}).get("claims_per_enqueue"),
         "operations": {
             name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "n": s["n"]}
             for name, s in ops.items()
@@ -834,6 +932,7 @@ def report(
         },
         "drain_table": drain,
         "idle": idle,
+        "herd": raw.get("herd", {}),
         "operations_detail": ops,
     }
 
@@ -868,6 +967,17 @@ def print_tables(result: dict[str, Any]) -> None:
         ],
         ["  queue-level drain jobs/s (queue.json)", ref_text, ""],
         ["idle CPU %, worker", idle.get("idle_cpu_percent"), f"<= {t['idle_cpu_percent']}"],
+        [
+            "herd: claims per enqueue, 4 idle workers",
+            result.get("herd", {}).get("claims_per_enqueue"),
+            "1",
+        ],
+        [
+            "  herd: worker / postgres CPU us per enqueue",
+            f"{result.get('herd', {}).get('worker_cpu_us_per_enqueue')} / "
+            f"{result.get('herd', {}).get('postgres_cpu_us_per_enqueue')}",
+            "",
+        ],
         [
             "  idle: server xacts/s, postgres CPU %",
             f"{idle.get('server_xacts_per_s')}, {idle.get('postgres_cpu_percent')}",
@@ -963,7 +1073,7 @@ def print_tables(result: dict[str, Any]) -> None:
 # -- main ----------------------------------------------------------------
 
 
-PHASES = ("drain", "idle", "ops")
+PHASES = ("drain", "idle", "herd", "ops")
 
 
 def run(
@@ -995,6 +1105,10 @@ def run(
                     )
                     raw["idle"] = phase_idle(server, workers, plan)
                     progress(f"  idle CPU {raw['idle']['idle_cpu_percent']}%")
+                if "herd" in phases:
+                    progress(f"phase 2b: thundering herd ({plan.herd_workers} idle workers)")
+                    raw["herd"] = phase_herd(server, workers, plan)
+                    progress(f"  {describe(raw['herd'])}")
                 if "ops" in phases:
                     progress("phase 3: per-operation execution time on the demo data")
                     raw["ops"] = phase_ops(server, workers, ro_dsn, demo_admin_dsn, plan)
