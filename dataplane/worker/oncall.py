@@ -9,8 +9,9 @@ it to exactly one of them.
 
 States of one worker: ``waiting`` (free slots, queued for the lock) -> ``on call``
 (holds it: answers notifies; claims once on taking over, work may be waiting)
--> ``full`` (no free slot: lets go, so the next worker takes over and claims
-what this one could not) -> ``waiting`` once a slot is free again. A worker with
+-> ``full`` (no free slot for :data:`STEP_DOWN_AFTER`: lets go, so the next
+worker takes over and claims what this one could not) -> ``waiting`` once a slot
+is free again. A worker with
 no free slot never waits for the lock.
 
 Failure handling: while the lock's connection is down the worker is
@@ -33,6 +34,7 @@ from dataplane.errors import DatabaseError
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAYS = (2.0, 5.0)  # seconds before retrying the lock after a failure
+STEP_DOWN_AFTER = 0.05  # seconds a full worker stays on call before letting go
 
 
 class OnCall:
@@ -74,7 +76,7 @@ class OnCall:
                     if self.free_slots() > 0 and not self.lock.held:
                         await self._take_over()
                     elif self.free_slots() <= 0 and self.lock.held:
-                        await self.lock.release()  # the next worker takes over
+                        await self._step_down_if_still_full()
                     else:
                         self.degraded = False
                         await self._changed.wait()
@@ -89,6 +91,16 @@ class OnCall:
                     await trio.sleep(delay)
         finally:
             self.lock.close()
+
+    async def _step_down_if_still_full(self) -> None:
+        """Let go once full for :data:`STEP_DOWN_AFTER` (a draining worker, whose slots
+        come free within milliseconds, keeps the lock instead of trading it per batch)."""
+        with trio.move_on_after(STEP_DOWN_AFTER) as waited:
+            while self.free_slots() <= 0:
+                self._changed = trio.Event()
+                await self._changed.wait()
+        if waited.cancelled_caught:
+            await self.lock.release()  # the next worker takes over
 
     async def _take_over(self) -> None:
         self.degraded = False

@@ -114,16 +114,20 @@ async def test_one_enqueue_wakes_one_of_four_idle_workers(queue: QueueClient) ->
         warm_up = await submit(queue, "probe", "echo", {"value": 0})  # settles every claimer
         await wait_done(queue, warm_up.job_id)
 
-        def claims() -> int:
-            return sum(w.statistics().claims for w in workers)
+        def total(field: str) -> int:
+            return sum(getattr(w.statistics(), field) for w in workers)
 
-        before, ignored = claims(), sum(w.statistics().notifies_ignored for w in workers)
+        before = {f: total(f) for f in ("claims", "notify_wakes", "notifies_ignored")}
         enq = await submit(queue, "probe", "echo", {"value": 1})
         assert (await wait_done(queue, enq.job_id)).status == "done"
-        with trio.move_on_after(0.5):  # any other claim the notify caused would land by then
-            await wait_until(lambda: claims() > before + 1)
-        assert claims() == before + 1
-        assert sum(w.statistics().notifies_ignored for w in workers) == ignored + 3
+        with trio.move_on_after(0.5):  # any other wake-up the notify caused lands by then
+            await wait_until(lambda: total("notify_wakes") > before["notify_wakes"] + 1)
+        # One claimer woke and claimed; three heard the notify and let the one on call
+        # answer it. (Claims are not counted exactly: a LISTEN reconnect on a loaded host
+        # wakes a claimer on purpose.)
+        assert total("notify_wakes") == before["notify_wakes"] + 1
+        assert total("notifies_ignored") == before["notifies_ignored"] + 3
+        assert total("claims") >= before["claims"] + 1
 
 
 async def test_a_full_worker_lets_another_answer_the_notify(queue: QueueClient) -> None:
