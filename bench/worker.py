@@ -43,10 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import json
 import os
+import shutil
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -97,18 +101,27 @@ STAFF = Auth(client="acme", user_id="1", actor_email="bench@acme.test", staff=Tr
 STAFF_EXPLICIT = Auth(
     client="acme", user_id="1", actor_email="bench@acme.test", staff=True, branches=ACME_BRANCHES
 )
-TARGETS = {"drain_jobs_per_s": 3500, "idle_cpu_percent": 1.0}
+TARGETS = {
+    "drain_jobs_per_s": 3500,
+    "drain_default_jobs_per_s": 6000,  # issue #15
+    "drain_default_cpu_us_per_job": 100,  # issue #15
+    "idle_cpu_percent": 1.0,
+}
 WORKER_STOP_S = 15.0
 
 
 @dataclass(frozen=True)
 class Plan:
     drain_jobs: int = 20_000
-    drain_concurrency: tuple[int, ...] = (8, 32, 128)
+    # None: DATAPLANE_CONCURRENCY unset, the worker's own default (the figure issue #15 holds)
+    drain_concurrency: tuple[int | None, ...] = (None, 8, 32, 128)
     drain_repeats: int = 2  # runs per concurrency (the host is shared: best run counts)
     drain_cap_s: float = 45.0  # per run
     idle_settle_s: float = 5.0
     idle_sample_s: float = 30.0
+    herd_workers: int = 4
+    herd_window_s: float = 8.0  # quiet window, then the same with enqueues
+    herd_every_s: float = 0.2  # one job per period: every worker idle between them
     op_jobs: int = 100  # measured jobs per operation
     op_warmup: int = 3  # excluded jobs per operation (first connections, plans)
     op_cap_s: float = 25.0  # per operation
@@ -119,11 +132,12 @@ class Plan:
     def quick(cls) -> Plan:
         return cls(
             drain_jobs=2_000,
-            drain_concurrency=(8, 32),
+            drain_concurrency=(None, 32),
             drain_repeats=1,
             drain_cap_s=15.0,
             idle_settle_s=1.0,
             idle_sample_s=5.0,
+            herd_window_s=4.0,
             op_jobs=10,
             op_warmup=1,
             op_cap_s=10.0,
@@ -206,6 +220,69 @@ class Workers:
         return worker.stop(WORKER_STOP_S)
 
 
+class Profiler:
+    """py-spy sampling one process (``pip install py-spy``) until :meth:`stop`.
+
+    Writes ``<path>.txt``, the top 20 functions by own and by total samples, from
+    py-spy's collapsed stacks (one sampler: a second, for a flame graph, would double
+    the load on the host the worker shares).
+    """
+
+    def __init__(self, pid: int, path: Path) -> None:
+        spy = shutil.which("py-spy")
+        if spy is None:
+            raise RuntimeError("--profile needs py-spy on PATH (pip install py-spy)")
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        common = [spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking"]
+        self.procs = [
+            subprocess.Popen(
+                [*common, "--format", "raw", "-o", str(path.with_suffix(".raw"))],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
+        time.sleep(0.5)  # attached (py-spy has no readiness signal)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raw = self.path.with_suffix(".raw")
+        if raw.exists():
+            self.path.with_suffix(".txt").write_text(top_table(raw.read_text()))
+            raw.rename(raw.with_suffix(".collapsed"))
+
+
+def top_table(collapsed: str, n: int = 20) -> str:
+    """Top ``n`` frames by own and by total samples, from collapsed stacks."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in collapsed.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        samples += count
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + count
+    out = [f"{samples} samples", ""]
+    for title, table in (("own", own), ("total (inclusive)", total)):
+        out.append(f"top {n} by {title}:")
+        for frame, count in sorted(table.items(), key=lambda kv: -kv[1])[:n]:
+            out.append(f"{100 * count / max(samples, 1):6.1f}%  {frame}")
+        out.append("")
+    return "\n".join(out)
+
+
 # -- setup ---------------------------------------------------------------
 
 
@@ -250,19 +327,27 @@ def _fill_probe(dsn: str, n: int) -> None:
         conn.execute("CHECKPOINT")
 
 
-def _drain_run(server: Server, workers: Workers, concurrency: int, plan: Plan) -> dict[str, Any]:
+def _drain_run(
+    server: Server,
+    workers: Workers,
+    concurrency: int | None,
+    plan: Plan,
+    profile: Path | None = None,
+) -> dict[str, Any]:
     _fill_probe(server.dsn, plan.drain_jobs)
     pg_cpu = ServerCpu(server)
+    label = "default" if concurrency is None else str(concurrency)
+    env = {"DATAPLANE_PROBE": "1"}
+    if concurrency is not None:
+        env["DATAPLANE_CONCURRENCY"] = str(concurrency)
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         started = time.perf_counter()
-        worker = workers.start(
-            f"drain-c{concurrency}",
-            PROBE_TYPE,
-            DATAPLANE_PROBE="1",
-            DATAPLANE_CONCURRENCY=str(concurrency),
-        )
+        worker = workers.start(f"drain-c{label}", PROBE_TYPE, **env)
+        spy: Profiler | None = None
         try:
             wait_serving_blocking(worker)
+            if profile is not None:
+                spy = Profiler(worker.pid, profile)
             ready = time.perf_counter()
             cpu0, pg0, sched0 = cpu_seconds(worker.pid), pg_cpu.sample(), sched_seconds(worker.pid)
             deadline = ready + plan.drain_cap_s
@@ -279,6 +364,8 @@ def _drain_run(server: Server, workers: Workers, concurrency: int, plan: Plan) -
             finished = time.perf_counter()
             cpu1, pg1, sched1 = cpu_seconds(worker.pid), pg_cpu.sample(), sched_seconds(worker.pid)
         finally:
+            if spy is not None:
+                spy.stop()
             exit_code = workers.stop(worker)
         row = conn.execute(
             """
@@ -303,7 +390,7 @@ def _drain_run(server: Server, workers: Workers, concurrency: int, plan: Plan) -
     worker_cpu = (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
     pg_cpu_s = ServerCpu.delta(pg0, pg1)
     return {
-        "concurrency": concurrency,
+        "concurrency": label,
         "jobs": plan.drain_jobs,
         "done": int(n_done),
         "errors": int(n_error),
@@ -366,11 +453,15 @@ def _cycles(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
-def phase_drain(server: Server, workers: Workers, plan: Plan) -> list[dict[str, Any]]:
+def phase_drain(
+    server: Server, workers: Workers, plan: Plan, profile: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every concurrency ``drain_repeats`` times; ``profile``: py-spy over the first run."""
     table = []
     for concurrency in plan.drain_concurrency:
         for repeat in range(plan.drain_repeats):
-            row = {"run": repeat + 1, **_drain_run(server, workers, concurrency, plan)}
+            spy, profile = profile, None
+            row = {"run": repeat + 1, **_drain_run(server, workers, concurrency, plan, spy)}
             table.append(row)
             _print_drain_row(row)
     with psycopg.connect(server.dsn, autocommit=True) as conn:
@@ -380,7 +471,7 @@ def phase_drain(server: Server, workers: Workers, plan: Plan) -> list[dict[str, 
 
 def _print_drain_row(row: dict[str, Any]) -> None:
     print(
-        f"  drain concurrency={row['concurrency']:>3} run {row['run']}: "
+        f"  drain concurrency={row['concurrency']:>7} run {row['run']}: "
         f"{row['jobs_per_s']:>8,.0f} jobs/s ({row['done']} in "
         f"{row['first_claim_to_last_complete_s']:.2f}s, worker CPU {row['worker_cpu_pct']}% "
         f"(run-queue wait {row['worker_runqueue_wait_pct']}%), "
@@ -428,6 +519,118 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
         "server_xacts_per_s": round((x1 - x0 - 1) / elapsed, 2),
         "postgres_cpu_percent": round(100 * pg_s / elapsed, 3) if pg_s is not None else None,
         "worker_exit_code": exit_code,
+    }
+
+
+# -- phase 2b: thundering herd --------------------------------------------
+
+
+def _herd_window(
+    server: Server, procs: list[Child], seconds: float, enqueue_every: float | None
+) -> dict[str, float]:
+    """Server transactions and the workers' CPU over one window; with ``enqueue_every``,
+    one probe.echo job enqueued (real statement) and awaited (done notify) per period."""
+    pg_cpu = ServerCpu(server)
+    tag = uuid.uuid4().hex[:8]
+    with (
+        psycopg.connect(server.dsn, autocommit=True) as conn,
+        psycopg.connect(server.dsn, autocommit=True) as listen,
+    ):
+        listen.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(done_channel(PROBE_TYPE))))
+        x0, pg0 = _xact_commits(conn), pg_cpu.sample()
+        cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        t0 = time.perf_counter()
+        jobs = 0
+        while time.perf_counter() - t0 < seconds:
+            if enqueue_every is None:
+                time.sleep(min(0.5, seconds - (time.perf_counter() - t0)))
+                continue
+            env = Envelope("probe", "echo", 1, {"value": f"{tag}-{jobs}"}, STAFF)
+            params = {
+                "type": PROBE_TYPE,
+                "dedupe_key": env.dedupe_key,
+                "payload": to_json(env.to_json()),
+                "max_dequeues": MAX_DEQUEUES,
+                "client": "acme",
+            }
+            row = conn.execute(q("job_enqueue"), params).fetchone()
+            assert row is not None
+            key, next_at = str(row[0]), time.perf_counter() + enqueue_every
+            seen = False
+            while not seen and time.perf_counter() < next_at + 5:
+                for note in listen.notifies(timeout=5, stop_after=1):
+                    seen = seen or note.payload == key
+            jobs += 1
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        elapsed = time.perf_counter() - t0
+        cpu1 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        x1, pg1 = _xact_commits(conn), pg_cpu.sample()
+    return {
+        "seconds": elapsed,
+        "jobs": jobs,
+        "xacts": x1 - x0 - 1,  # the sampler's own second snapshot
+        "worker_cpu_s": sum(cpu1) - sum(cpu0),
+        "postgres_cpu_s": ServerCpu.delta(pg0, pg1) or 0.0,
+    }
+
+
+def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[str, Any]:
+    """``count`` idle probe workers (default settings): a quiet window, then the same
+    length with jobs enqueued one at a time; per enqueue, what it added."""
+    procs = [
+        workers.start(f"herd-{count}-{i}", PROBE_TYPE, DATAPLANE_PROBE="1") for i in range(count)
+    ]
+    try:
+        for proc in procs:
+            wait_serving_blocking(proc)
+        time.sleep(plan.idle_settle_s)
+        quiet = _herd_window(server, procs, plan.herd_window_s, None)
+        busy = _herd_window(server, procs, plan.herd_window_s, plan.herd_every_s)
+    finally:
+        for proc in procs:
+            workers.stop(proc)
+    scale = busy["seconds"] / quiet["seconds"]
+    jobs = max(busy["jobs"], 1)
+    statements = (busy["xacts"] - quiet["xacts"] * scale) / jobs
+    return {
+        "workers": count,
+        "jobs": busy["jobs"],
+        "statements_per_enqueue": round(statements, 2),
+        # the enqueue and the completion are one each; the rest are claims
+        "claims_per_enqueue": round(statements - 2, 2),
+        "worker_cpu_us_per_enqueue": round(
+            1e6 * (busy["worker_cpu_s"] - quiet["worker_cpu_s"] * scale) / jobs, 1
+        ),
+        "postgres_cpu_us_per_enqueue": round(
+            1e6 * (busy["postgres_cpu_s"] - quiet["postgres_cpu_s"] * scale) / jobs, 1
+        ),
+        "idle_cpu_percent_per_worker": round(
+            100 * quiet["worker_cpu_s"] / quiet["seconds"] / count, 3
+        ),
+    }
+
+
+def phase_herd(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
+    """One idle worker, then ``herd_workers``, jobs enqueued one at a time (``herd_every_s``).
+
+    Claims per enqueue count every claim statement the enqueue brought about, the
+    follow-up poll 100 ms after work included (the poll backoff restarts on work), so
+    the herd is the difference: the claims (and CPU) the other idle workers added.
+    """
+    one = _herd_run(server, workers, plan, 1)
+    many = _herd_run(server, workers, plan, plan.herd_workers)
+    jobs_cpu = max(one["worker_cpu_us_per_enqueue"] + one["postgres_cpu_us_per_enqueue"], 1.0)
+    extra_cpu = many["worker_cpu_us_per_enqueue"] + many["postgres_cpu_us_per_enqueue"] - jobs_cpu
+    return {
+        "workers": plan.herd_workers,
+        "enqueue_every_s": plan.herd_every_s,
+        "one_worker": one,
+        "many_workers": many,
+        "extra_claims_per_enqueue": round(
+            many["claims_per_enqueue"] - one["claims_per_enqueue"], 2
+        ),
+        "extra_cpu_us_per_enqueue": round(extra_cpu, 1),
+        "extra_cpu_percent": round(100 * extra_cpu / jobs_cpu, 1),
     }
 
 
@@ -691,26 +894,39 @@ def report(
     machine: dict[str, Any],
     raw: dict[str, Any],
 ) -> dict[str, Any]:
-    best = max(raw["drain"], key=lambda r: r["jobs_per_s"])
-    ops = raw["ops"]["operations"]
+    drain = raw.get("drain", [])
+    best: dict[str, Any] = max(drain, key=lambda r: r["jobs_per_s"], default={})
+    default: dict[str, Any] = max(
+        (r for r in drain if r["concurrency"] == "default"),
+        key=lambda r: r["jobs_per_s"],
+        default={},
+    )
+    ops = raw.get("ops", {}).get("operations", {})
+    idle = raw.get("idle", {})
     return {
-        "drain_jobs_per_s": best["jobs_per_s"],
+        "drain_jobs_per_s": best.get("jobs_per_s"),
         "drain_best": {
-            "DATAPLANE_CONCURRENCY": best["concurrency"],
-            "run": best["run"],
-            "worker_runqueue_wait_pct": best["worker_runqueue_wait_pct"],
+            "DATAPLANE_CONCURRENCY": best.get("concurrency"),
+            "run": best.get("run"),
+            "worker_runqueue_wait_pct": best.get("worker_runqueue_wait_pct"),
         },
+        # DATAPLANE_CONCURRENCY unset: the worker as shipped (issue #15: >= 6,000, <= 100 us)
+        "drain_default_jobs_per_s": default.get("jobs_per_s"),
+        "drain_default_cpu_us_per_job": default.get("worker_cpu_us_per_job"),
         "drain_jobs_per_s_by_concurrency": {
-            str(c): max(r["jobs_per_s"] for r in raw["drain"] if r["concurrency"] == c)
-            for c in plan.drain_concurrency
+            label: max(r["jobs_per_s"] for r in drain if r["concurrency"] == label)
+            for label in dict.fromkeys(r["concurrency"] for r in drain)
         },
         "queue_drain_jobs_per_s": raw["queue_reference"],
-        "idle_cpu_percent": raw["idle"]["idle_cpu_percent"],
+        "idle_cpu_percent": idle.get("idle_cpu_percent"),
+        # four idle workers, one enqueue: claim statements it caused (1 = no herd)
+        "herd_extra_claims_per_enqueue": raw.get("herd", {}).get("extra_claims_per_enqueue"),
+        "herd_extra_cpu_percent": raw.get("herd", {}).get("extra_cpu_percent"),
         "operations": {
             name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "n": s["n"]}
             for name, s in ops.items()
         },
-        "cache_hits": raw["ops"]["cache_hits"],
+        "cache_hits": raw.get("ops", {}).get("cache_hits", {}),
         "targets": TARGETS,
         "date": now_iso(),
         "machine": machine,
@@ -735,8 +951,9 @@ def report(
             "(server clock), first op_warmup jobs per operation excluded; roundtrip = client "
             "enqueue call -> done notify",
         },
-        "drain_table": raw["drain"],
-        "idle": raw["idle"],
+        "drain_table": drain,
+        "idle": idle,
+        "herd": raw.get("herd", {}),
         "operations_detail": ops,
     }
 
@@ -753,9 +970,14 @@ def print_tables(result: dict[str, Any]) -> None:
     rows = [
         [
             "drain jobs/s, worker process (best)",
-            f"{result['drain_jobs_per_s']:,.0f} "
+            f"{result['drain_jobs_per_s'] or 0:,.0f} "
             f"(concurrency {result['drain_best']['DATAPLANE_CONCURRENCY']})",
             f">= {t['drain_jobs_per_s']:,}",
+        ],
+        [
+            "drain jobs/s at default settings, CPU us/job",
+            f"{result['drain_default_jobs_per_s']}, {result['drain_default_cpu_us_per_job']}",
+            f">= {t['drain_default_jobs_per_s']:,}, <= {t['drain_default_cpu_us_per_job']}",
         ],
         [
             "  best per concurrency",
@@ -765,10 +987,20 @@ def print_tables(result: dict[str, Any]) -> None:
             "",
         ],
         ["  queue-level drain jobs/s (queue.json)", ref_text, ""],
-        ["idle CPU %, worker", idle["idle_cpu_percent"], f"<= {t['idle_cpu_percent']}"],
+        ["idle CPU %, worker", idle.get("idle_cpu_percent"), f"<= {t['idle_cpu_percent']}"],
+        [
+            "herd: extra claims per enqueue, 4 idle workers vs 1",
+            result.get("herd", {}).get("extra_claims_per_enqueue"),
+            "0",
+        ],
+        [
+            "  herd: extra CPU per enqueue (workers + postgres), % of 1 worker's",
+            result.get("herd", {}).get("extra_cpu_percent"),
+            "< 5",
+        ],
         [
             "  idle: server xacts/s, postgres CPU %",
-            f"{idle['server_xacts_per_s']}, {idle['postgres_cpu_percent']}",
+            f"{idle.get('server_xacts_per_s')}, {idle.get('postgres_cpu_percent')}",
             "",
         ],
     ]
@@ -861,8 +1093,16 @@ def print_tables(result: dict[str, Any]) -> None:
 # -- main ----------------------------------------------------------------
 
 
-def run(plan: Plan, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Bring up the scratch server, run every phase, stop every worker and the server."""
+PHASES = ("drain", "idle", "herd", "ops")
+
+
+def run(
+    plan: Plan,
+    progress: Callable[[str], None] = print,
+    phases: Sequence[str] = PHASES,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    """Bring up the scratch server, run the phases, stop every worker and the server."""
     with scratch_server("dataplane_bench_worker") as server:
         progress(f"server: {server.kind}; migrating, building the demo DB...")
         settings, machine = server_facts(server)
@@ -876,25 +1116,63 @@ def run(plan: Plan, progress: Callable[[str], None] = print) -> dict[str, Any]:
             with children_scope("dataplane-bench-worker-logs-", keep_logs=False) as kids:
                 workers = Workers(kids, server.dsn)
                 raw: dict[str, Any] = {"queue_reference": _queue_reference()}
-                progress("phase 1: drain through a worker process")
-                raw["drain"] = phase_drain(server, workers, plan)
-                progress(f"phase 2: idle CPU ({plan.idle_settle_s:g}s + {plan.idle_sample_s:g}s)")
-                raw["idle"] = phase_idle(server, workers, plan)
-                progress(f"  idle CPU {raw['idle']['idle_cpu_percent']}%")
-                progress("phase 3: per-operation execution time on the demo data")
-                raw["ops"] = phase_ops(server, workers, ro_dsn, demo_admin_dsn, plan)
+                if "drain" in phases:
+                    progress("phase 1: drain through a worker process")
+                    raw["drain"] = phase_drain(server, workers, plan, profile)
+                if "idle" in phases:
+                    progress(
+                        f"phase 2: idle CPU ({plan.idle_settle_s:g}s + {plan.idle_sample_s:g}s)"
+                    )
+                    raw["idle"] = phase_idle(server, workers, plan)
+                    progress(f"  idle CPU {raw['idle']['idle_cpu_percent']}%")
+                if "herd" in phases:
+                    progress(f"phase 2b: thundering herd ({plan.herd_workers} idle workers)")
+                    raw["herd"] = phase_herd(server, workers, plan)
+                    progress(f"  {describe(raw['herd'])}")
+                if "ops" in phases:
+                    progress("phase 3: per-operation execution time on the demo data")
+                    raw["ops"] = phase_ops(server, workers, ro_dsn, demo_admin_dsn, plan)
         return report(server, plan, settings, machine, raw)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
+    parser.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"comma-separated phases of {','.join(PHASES)} (default all; a partial run "
+        "writes bench/results/worker-<phases>.json unless --output says otherwise)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        help="comma-separated DATAPLANE_CONCURRENCY values for the drain, 'default' = unset",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy the first drain run's worker: writes PROFILE.txt (top 20 functions)",
+    )
     output_arg(parser, "worker")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
+    phases = [p for p in args.only.split(",") if p]
+    if unknown := set(phases) - set(PHASES):
+        parser.error(f"unknown phases {sorted(unknown)}")
+    if args.concurrency:
+        values = [None if v == "default" else int(v) for v in args.concurrency.split(",")]
+        plan = dataclasses.replace(plan, drain_concurrency=tuple(values))
+    output = args.output
+    if set(phases) != set(PHASES) and output == RESULTS_DIR / "worker.json":
+        output = RESULTS_DIR / f"worker-{'-'.join(phases)}.json"
     result = run_and_save(
-        lambda: run(plan, progress=lambda line: print(line, flush=True)),
-        args.output,
+        lambda: run(
+            plan,
+            progress=lambda line: print(line, flush=True),
+            phases=phases,
+            profile=args.profile,
+        ),
+        output,
         print_tables,
         "interrupted; workers stopped, scratch server/database removed",
     )

@@ -1,9 +1,13 @@
 """The claimer: takes jobs of one queue type, never more than the worker has free slots.
 
-It claims at most ``concurrency - held`` rows in one statement and starts each
-claim's execution in the jobs nursery it is given. With nothing to claim it
-waits: 100 ms doubling to ``idle_ms``, cut short by :meth:`Claimer.wake` (an
-enqueue notify, a freed slot, a LISTEN gap). A failed claim (queue DB down) is
+It claims at most the free slots (:meth:`HeldJobs.free_slots`) in one statement
+and starts each claim's execution in the jobs nursery it is given. A claim that
+filled every free slot may have left work behind: the next claim follows as soon
+as a slot is free. A claim that took fewer rows than it asked for (or none) found
+the queue empty: the claimer then waits, 100 ms doubling to ``idle_ms``, cut
+short by :meth:`Claimer.wake` (an enqueue notify, a LISTEN gap, going on call);
+a freed slot (:meth:`Claimer.slot_freed`) ends the wait only while work may be
+waiting, so at idle one enqueue costs one claim statement. A failed claim (queue DB down) is
 logged and retried after at least :data:`DB_ERROR_BACKOFF`. :meth:`Claimer.stop`
 ends the loop; the jobs already started are the worker's to finish.
 """
@@ -41,12 +45,19 @@ class Claimer:
         self.idle_claims = 0  # of which found nothing
         self.claimed = 0  # rows claimed
         self._wake = trio.Event()
+        self._more = True  # work may be waiting: the last claim was full, or a wake came
         self._stopping = False
         self._idle_claim: trio.Event | None = None  # set by an idle claim while someone waits
 
     def wake(self) -> None:
-        """Claim again now (work may be waiting, or a slot came free)."""
+        """Claim again now: work may be waiting."""
+        self._more = True
         self._wake.set()
+
+    def slot_freed(self) -> None:
+        """A slot came free: claim again if work may be waiting."""
+        if self._more:
+            self._wake.set()
 
     def stop(self) -> None:
         self._stopping = True
@@ -64,7 +75,7 @@ class Claimer:
         config = self.config
         backoff_ms = config.poll_start_ms
         while not self._stopping:
-            free = config.concurrency - len(self.held)
+            free = self.held.free_slots(config.concurrency)
             self._wake = trio.Event()  # before the claim: no wake-up can be lost
             if free <= 0:
                 await self._wake.wait()
@@ -86,7 +97,14 @@ class Claimer:
                 self.claimed += len(claimed)
                 for job in claimed:
                     jobs.start_soon(self.execute, self.held.add(job))
+                if len(claimed) == free:
+                    self._more = True
+                    continue
+                self._more = False  # the queue had no more for us: wait for news
+                with trio.move_on_after(backoff_ms / 1000):
+                    await self._wake.wait()
                 continue
+            self._more = False
             self.idle_claims += 1
             if self._idle_claim is not None:  # someone is in wait_idle_claims
                 self._idle_claim.set()

@@ -15,7 +15,11 @@ from dataplane.queue.reaper import RetentionConfig
 from dataplane.queue.sampler import SAMPLE_SECONDS
 from dataplane.surfaces import SurfacesConfig
 
-CONCURRENCY = 8  # jobs a worker runs at once
+# Jobs a worker runs at once. 32, not DESIGN.md's first 8: a claim, a completion and
+# their bridge crossings cost the same for 1 row as for 32, so bigger batches halve
+# the worker's CPU per job and raise its drain (bench/results/worker-drain.md); the
+# price is up to 32 client-DB connections per worker, opened only as load needs them.
+CONCURRENCY = 32
 RENEW_SECONDS = 60.0  # heartbeat cadence
 POLL_START_MS = 100  # first idle poll backoff, milliseconds
 IDLE_MS = 2000  # idle poll backoff ceiling, milliseconds

@@ -124,7 +124,8 @@ class JobExecutor:
     async def run(self, running: Running) -> None:
         """Execute one claim; hand the row back if shutdown cancels it unfinished."""
         job = running.job
-        started, cpu_started = time.perf_counter(), time.process_time()
+        started = time.perf_counter()  # the attempt's duration is always recorded
+        cpu_started = time.process_time() if self.reporter is not None else 0.0
         result = JobResult(Outcome.RELEASED, self._operation_of(job))
         span = self._process_span(job)
         try:
@@ -382,7 +383,7 @@ class JobExecutor:
         While the completer retries through an outage the claim stays held and renewed;
         if the write never lands, ``run`` releases the claim.
         """
-        running.finishing = True
+        self.held.hand_off(running)
         job = running.job
         try:
             with tracer().start_as_current_span(
@@ -413,7 +414,7 @@ class JobExecutor:
             exc,
             exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
         )
-        running.finishing = True
+        self.held.hand_off(running)
         try:
             status = await self.queue.fail(
                 job,

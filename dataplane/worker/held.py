@@ -1,12 +1,19 @@
 """The claims a worker holds, from claim to the row's last write.
 
 A :class:`Running` is one claim: its job, the cancel scope its execution runs in,
-and where it stands. The claimer adds it; the executor marks it ``finishing``
-when it hands the outcome to the completer (a renewal that misses it then is
-the completion landing, not a lost claim) and ``finished`` once its row is
-written or the write was refused (the lease keeper stops renewing it); the lease
-keeper marks it ``lost`` and cancels it when a renewal finds an unfinishing
-claim gone.
+and where it stands. The claimer adds it; the executor hands it off
+(:meth:`HeldJobs.hand_off`, ``finishing``) when it gives the outcome to the
+completer (a renewal that misses it then is the completion landing, not a lost
+claim) and marks it ``finished`` once its row is written or the write was refused
+(the lease keeper stops renewing it); the lease keeper marks it ``lost`` and
+cancels it when a renewal finds an unfinishing claim gone.
+
+Slots: a claim occupies an execution slot from claim to hand-off, not until its
+row is written, so the next claim overlaps the completion commit (claim and
+commit no longer run in lockstep). :meth:`HeldJobs.free_slots` bounds both: at
+most ``concurrency`` executing, and at most ``PIPELINE_DEPTH * concurrency`` held
+in all (handed-off rows waiting for their commit included), so a slow queue DB
+holds back claiming instead of piling up unwritten rows.
 
 Claims are keyed by (job id, dequeue count), not by job: a job failed with no
 backoff can be claimed again by this worker before its first run has finished
@@ -16,11 +23,14 @@ its bookkeeping.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from dataplane.queue import ClaimedJob
+
+PIPELINE_DEPTH = 2  # held claims per execution slot: one batch executing, one committing
 
 
 @dataclass(eq=False)
@@ -40,8 +50,15 @@ class Running:
 class HeldJobs:
     """The running claims, and a signal for when there are none."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        on_hand_off: Callable[[], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self._held: dict[tuple[uuid.UUID, int], Running] = {}
+        self._executing = 0  # held and not yet handed off
+        self._on_hand_off = on_hand_off  # a slot came free
+        self._on_change = on_change  # a claim was added, handed off or removed
         self._idle = trio.Event()
         self._idle.set()
 
@@ -50,12 +67,38 @@ class HeldJobs:
         if not self._held:  # busy from now on (no one waits on the set event any more)
             self._idle = trio.Event()
         self._held[job.id, job.dequeue_count] = running
+        self._executing += 1
+        if self._on_change is not None:
+            self._on_change()
         return running
+
+    def hand_off(self, running: Running) -> None:
+        """Its outcome goes to the queue DB now: its execution slot is free."""
+        if running.finishing:
+            return
+        running.finishing = True
+        self._executing -= 1
+        if self._on_hand_off is not None:
+            self._on_hand_off()
+        if self._on_change is not None:
+            self._on_change()
 
     def remove(self, running: Running) -> None:
         del self._held[running.job.id, running.job.dequeue_count]
+        if not running.finishing:
+            self._executing -= 1
         if not self._held:
             self._idle.set()
+        if self._on_change is not None:
+            self._on_change()
+
+    def free_slots(self, concurrency: int) -> int:
+        """How many more claims may be taken now (see the module docstring)."""
+        return min(concurrency - self._executing, PIPELINE_DEPTH * concurrency - len(self._held))
+
+    @property
+    def executing(self) -> int:
+        return self._executing
 
     def renewable(self) -> list[Running]:
         return [r for r in self._held.values() if r.renewable]

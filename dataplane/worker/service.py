@@ -8,6 +8,9 @@ of this package:
 * the :class:`~dataplane.db.Listener` for ``<type>_enqueued`` and
   ``dataplane_invalidate``, dispatched here (wake the claimer, drop cache tags; a
   LISTEN gap drops the whole cache, invalidations may have been missed);
+* :class:`~dataplane.worker.oncall.OnCall`, which decides whether an enqueue
+  notify wakes this worker's claimer (one worker of the type is on call: no
+  thundering herd);
 * the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
 * the :class:`~dataplane.worker.completer.Completer`, committing in batches;
 * the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.db import Database, Gap, Notification
+from dataplane.db.lock import SessionLock
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.sampler import QueueSampler
@@ -42,6 +46,7 @@ from dataplane.worker.config import WorkerConfig
 from dataplane.worker.executor import JobExecutor
 from dataplane.worker.held import HeldJobs
 from dataplane.worker.leases import LeaseKeeper
+from dataplane.worker.oncall import OnCall
 from dataplane.worker.report import Reporter
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,9 @@ class WorkerStatistics:
     in_flight: int
     claims: int
     idle_claims: int
+    notify_wakes: int  # enqueue notifies that woke the claimer
+    notifies_ignored: int  # enqueue notifies heard while another worker was on call
+    takeovers: int  # times this worker went on call
 
 
 class Worker:
@@ -78,7 +86,7 @@ class Worker:
         self.surface = surface
         self.queue = queue
         self.reporter = reporter
-        self.held = HeldJobs()
+        self.held = HeldJobs(on_hand_off=self._slot_freed, on_change=self._held_changed)
         self.completer = Completer(queue)
         self.executor = JobExecutor(
             config,
@@ -93,6 +101,13 @@ class Worker:
         )
         self.claimer = Claimer(config, queue, self.held, self.executor.run)
         self.leases = LeaseKeeper(config, queue, self.held)
+        self.oncall = OnCall(
+            SessionLock(queue.db.config, f"oncall:{config.queue_type}", loop=queue.db.loop),
+            free_slots=lambda: self.held.free_slots(config.concurrency),
+            wake=self.claimer.wake,
+        )
+        self.notify_wakes = 0
+        self.notifies_ignored = 0
         self.maintenance = Maintenance(
             queue.db, interval=config.maintenance_seconds, retention=config.retention
         )
@@ -117,6 +132,7 @@ class Worker:
             await services.start(self.listener.run)
             services.start_soon(self._dispatch_notifications)
             await services.start(self.completer.run)
+            await services.start(self.oncall.run)
             services.start_soon(self.leases.run)
             services.start_soon(self.maintenance.run)
             services.start_soon(self.sampler.run)
@@ -168,10 +184,16 @@ class Worker:
             in_flight=len(self.held),
             claims=self.claimer.claims,
             idle_claims=self.claimer.idle_claims,
+            notify_wakes=self.notify_wakes,
+            notifies_ignored=self.notifies_ignored,
+            takeovers=self.oncall.takeovers,
         )
 
     def _slot_freed(self) -> None:
-        self.claimer.wake()
+        self.claimer.slot_freed()
+
+    def _held_changed(self) -> None:
+        self.oncall.slots_changed()
 
     async def _dispatch_notifications(self) -> None:
         async for event in self.listener.events:
@@ -183,5 +205,8 @@ class Worker:
                 if event.channel == INVALIDATE_CHANNEL:
                     dropped = self.cache.invalidate_tag(event.payload)
                     log.info("cache: invalidated tag %r (%d entries)", event.payload, dropped)
-                else:
+                elif self.oncall.answers_notifies():
+                    self.notify_wakes += 1
                     self.claimer.wake()
+                else:  # another worker of this type is on call: it claims
+                    self.notifies_ignored += 1

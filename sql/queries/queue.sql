@@ -168,10 +168,12 @@ RETURNING q.id;
 
 -- name: job_complete
 -- Finish held rows (fenced): result, optional blob, and the done notify, all in
--- this one statement. A row whose claim was lost is left untouched.
+-- this one statement. A row whose claim was lost is left untouched. The id, count
+-- and result arrays travel in binary (%(x)b): a text array would escape every quote
+-- of every result's JSON on the way out, and parse it again on the way in.
 WITH v AS (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(dequeue_counts)s::int[], %(results)s::jsonb[],
+    FROM unnest(%(ids)b::uuid[], %(dequeue_counts)b::int[], %(results)b::text[]::jsonb[],
                 %(blob_types)s::text[], %(blob_data)s::bytea[])
          AS v(id, dequeue_count, result, blob_type, blob_data)
 ), done AS (

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 
+from dataplane.db import q
 from dataplane.queue import QueueClient
 from dataplane.surfaces.scaffold import scaffold
 from tests.acceptance.conftest import start_bff
@@ -87,44 +89,49 @@ async def test_user_invalidation_reaches_every_worker(
     nursery: trio.Nursery,
     queue: QueueClient,
     spawn_worker: Callable[..., Any],
+    queue_dsn: str,
 ) -> None:
     base, _app, shutdown = await start_bff(nursery)
-    for _ in range(2):
-        await spawn_worker()
-    me = token(sub="u42", branches=["acme-north"])
+    # Idle work goes to the one worker on call; the test holds the on-call lock itself,
+    # so both workers claim by polling (every 200 ms at most) and both get jobs.
+    with psycopg.connect(queue_dsn, autocommit=True) as oncall:
+        oncall.execute(q("session_lock"), {"key": "oncall:surface-probe"})
+        for _ in range(2):
+            await spawn_worker(DATAPLANE_IDLE_MS="200")
+        me = token(sub="u42", branches=["acme-north"])
 
-    async def ask() -> tuple[str, str]:
-        body = (await post(http, "probe", "cached", {"value": "v"}, me)).json()
-        answer = await poll_until_done(http, body["pollUrl"])
-        row = await queue.get(body["jobId"])
-        assert row is not None and row.locked_by is not None
-        return row.locked_by, answer["cache"]
+        async def ask() -> tuple[str, str]:
+            body = (await post(http, "probe", "cached", {"value": "v"}, me)).json()
+            answer = await poll_until_done(http, body["pollUrl"])
+            row = await queue.get(body["jobId"])
+            assert row is not None and row.locked_by is not None
+            return row.locked_by, answer["cache"]
 
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-        seen: dict[str, list[str]] = {}
-        with trio.fail_after(60):
-            while len(seen) < 2 or any("hit" not in c for c in seen.values()):
-                worker, cache = await ask()
-                seen.setdefault(worker, []).append(cache)
-        # Both workers hold the entry; the BFF's write path drops it everywhere.
-        staff = token(staff=True, sub="ops")
-        resp = await http.post(
-            "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(staff)
-        )
-        assert resp.status_code == 202 and resp.json() == {"invalidated": ["u:u42"]}
-        after: dict[str, str] = {}
-        with trio.fail_after(60):
-            while len(after) < 2:
-                worker, cache = await ask()
-                after.setdefault(worker, cache)
-        assert after == dict.fromkeys(seen, "miss")
-        # Only staff (or the service token) may invalidate, and only its own client's c: tag.
-        nope = await http.post(
-            "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(me)
-        )
-        assert nope.status_code == 403
-        other = await http.post(
-            "/api/probe/invalidate", json={"tags": ["c:globex"]}, headers=bearer(STAFF)
-        )
-        assert other.status_code == 403
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            seen: dict[str, list[str]] = {}
+            with trio.fail_after(60):
+                while len(seen) < 2 or any("hit" not in c for c in seen.values()):
+                    worker, cache = await ask()
+                    seen.setdefault(worker, []).append(cache)
+            # Both workers hold the entry; the BFF's write path drops it everywhere.
+            staff = token(staff=True, sub="ops")
+            resp = await http.post(
+                "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(staff)
+            )
+            assert resp.status_code == 202 and resp.json() == {"invalidated": ["u:u42"]}
+            after: dict[str, str] = {}
+            with trio.fail_after(60):
+                while len(after) < 2:
+                    worker, cache = await ask()
+                    after.setdefault(worker, cache)
+            assert after == dict.fromkeys(seen, "miss")
+            # Only staff (or the service token) may invalidate, and only its own client's c: tag.
+            nope = await http.post(
+                "/api/probe/invalidate", json={"tags": ["u:u42"]}, headers=bearer(me)
+            )
+            assert nope.status_code == 403
+            other = await http.post(
+                "/api/probe/invalidate", json={"tags": ["c:globex"]}, headers=bearer(STAFF)
+            )
+            assert other.status_code == 403
     shutdown.set()

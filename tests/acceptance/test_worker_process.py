@@ -9,10 +9,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 
-from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.db import Database, DatabaseConfig, open_database, q
 from dataplane.errors import DatabaseError
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
@@ -194,7 +195,12 @@ async def test_cache_invalidation_reaches_every_worker_process(
         "MAESTRO_QUEUES_URL": queue_dsn,
         "SURFACE_QUEUE_TYPE": "surface-users",
         "CLIENT_DB_URL": demo_db[1],
+        "DATAPLANE_IDLE_MS": "200",
     }
+    # Idle work goes to the one worker on call; the test holds the on-call lock itself,
+    # so both workers claim by polling (every 200 ms at most) and both get jobs.
+    oncall = psycopg.connect(queue_dsn, autocommit=True)
+    oncall.execute(q("session_lock"), {"key": "oncall:surface-users"})
     workers = [WorkerProcess(env, str(tmp_path / f"w{i}.log")) for i in range(2)]
     try:
         for w in workers:
@@ -229,3 +235,4 @@ async def test_cache_invalidation_reaches_every_worker_process(
     finally:
         for w in workers:
             w.stop()
+        oncall.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -95,6 +95,58 @@ async def test_enqueue_notify_wakes_an_idle_worker_at_once(queue: QueueClient) -
             row = await wait_done(queue, enq.job_id)
         assert row.status == "done"
         assert worker.statistics().claims > claims_before
+
+
+async def test_one_enqueue_wakes_one_of_four_idle_workers(queue: QueueClient) -> None:
+    # No polling (60 s): only an enqueue notify, or going on call, makes a claim.
+    async with AsyncExitStack() as stack:
+        workers = [
+            (
+                await stack.enter_async_context(
+                    running_worker(queue, worker_id=f"w{i}", idle_ms=60_000, poll_start_ms=60_000)
+                )
+            )[0]
+            for i in range(4)
+        ]
+        for w in workers:
+            await w.claimer.wait_idle_claims(1)
+        await wait_until(lambda: sum(w.statistics().takeovers for w in workers) == 1)
+        warm_up = await submit(queue, "probe", "echo", {"value": 0})  # settles every claimer
+        await wait_done(queue, warm_up.job_id)
+
+        def total(field: str) -> int:
+            return sum(getattr(w.statistics(), field) for w in workers)
+
+        before = {f: total(f) for f in ("claims", "notify_wakes", "notifies_ignored")}
+        enq = await submit(queue, "probe", "echo", {"value": 1})
+        assert (await wait_done(queue, enq.job_id)).status == "done"
+        with trio.move_on_after(0.5):  # any other wake-up the notify caused lands by then
+            await wait_until(lambda: total("notify_wakes") > before["notify_wakes"] + 1)
+        # One claimer woke and claimed; three heard the notify and let the one on call
+        # answer it. (Claims are not counted exactly: a LISTEN reconnect on a loaded host
+        # wakes a claimer on purpose.)
+        assert total("notify_wakes") == before["notify_wakes"] + 1
+        assert total("notifies_ignored") == before["notifies_ignored"] + 3
+        assert total("claims") >= before["claims"] + 1
+
+
+async def test_a_full_worker_lets_another_answer_the_notify(queue: QueueClient) -> None:
+    no_polls = {"idle_ms": 60_000, "poll_start_ms": 60_000, "concurrency": 1}
+    async with (
+        running_worker(queue, worker_id="w1", **no_polls) as (w1, _),
+        running_worker(queue, worker_id="w2", **no_polls) as (w2, _),
+    ):
+        for w in (w1, w2):
+            await w.claimer.wait_idle_claims(1)
+        await wait_until(lambda: w1.statistics().takeovers + w2.statistics().takeovers == 1)
+        first, second = (w1, w2) if w1.oncall.on_call else (w2, w1)
+        long = await submit(queue, "probe", "sleep", {"ms": 3000})
+        await wait_until(lambda: first.statistics().in_flight == 1)  # full: it steps down
+        with trio.fail_after(2):  # well before the long job ends, and no poll could do it
+            quick = await submit(queue, "probe", "echo", {"value": 2})
+            assert (await wait_done(queue, quick.job_id)).status == "done"
+        assert second.statistics().claimed == 1
+        await wait_done(queue, long.job_id)
 
 
 async def test_expected_and_unexpected_errors(queue: QueueClient, db: Database) -> None:

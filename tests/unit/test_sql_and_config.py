@@ -64,7 +64,7 @@ def test_settings_defaults() -> None:
     w = from_env(WorkerConfig, WORKER_ENV)
     b = from_env(BffConfig, {})
     assert b.queue.url is None and w.queue.lease_seconds == 120 and w.renew_seconds == 60
-    assert w.idle_ms == 2000 and w.concurrency == 8 and w.inline_max_bytes == 262144
+    assert w.idle_ms == 2000 and w.concurrency == 32 and w.inline_max_bytes == 262144
     assert w.queue.fail_backoff_seconds == 30 and b.queue.max_dequeues == 5
     assert b.sse_deadline_seconds == 60 and b.sweep_seconds == 5
     assert not b.surfaces.probe_enabled
