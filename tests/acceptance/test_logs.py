@@ -6,9 +6,6 @@ fields, and never a token."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,49 +24,6 @@ __all__ = ["otlp"]  # the fixture, imported to be found
 
 OTEL = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRIC_EXPORT_INTERVAL": "500"}
 CAPCOM_TOKEN = "capcom-test-token-0123456789"
-
-
-class CapcomProcess:
-    """A real ``hypercorn -k trio telemetry.capcom:app``."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.port = free_port()
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hypercorn",
-                "-k",
-                "trio",
-                "-b",
-                f"127.0.0.1:{self.port}",
-                "telemetry.capcom:app",
-            ],
-            env={**os.environ, **env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    async def wait_ready(self) -> None:
-        async with httpx.AsyncClient(timeout=2) as http:
-
-            async def ready() -> bool:
-                assert self.proc.poll() is None, self.log_path.read_text()
-                try:
-                    resp = await http.get(f"http://127.0.0.1:{self.port}/readyz")
-                    return resp.status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            await wait_until(ready, within=30, interval=0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        self._log.close()
 
 
 @pytest.fixture
@@ -107,7 +61,13 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     endpoint, received = otlp
     base_env, started = json_stack
     env = {**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-    capcom = CapcomProcess({**base_env, "CAPCOM_TOKEN": CAPCOM_TOKEN}, tmp_path / "capcom.log")
+    capcom = BffProcess(
+        {**base_env, "CAPCOM_TOKEN": CAPCOM_TOKEN},
+        str(tmp_path / "capcom.log"),
+        port=free_port(),
+        args=("-k", "trio"),
+        app="telemetry.capcom:app",
+    )
     started.append(capcom)
     bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
     started.append(bff)
@@ -115,7 +75,7 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
         **env,
         "SURFACE_QUEUE_TYPE": "surface-probe",
         "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
-        "CAPCOM_URL": f"http://127.0.0.1:{capcom.port}",
+        "CAPCOM_URL": capcom.base,
         "CAPCOM_TOKEN": CAPCOM_TOKEN,
     }
     worker = WorkerProcess(worker_env, str(tmp_path / "worker.log"))
