@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
@@ -164,7 +165,31 @@ def _resource(service: str, attributes: Mapping[str, str] | None) -> Any:
         detectors.append(ep.load()())
     detected = get_aggregated_resources(detectors, Resource.get_empty())
     ours = {"service.name": service, "service.version": _version(), **(attributes or {})}
-    return detected.merge(Resource.create(ours))
+    merged = detected.merge(Resource.create(ours))
+    return _hashed_resource_type()(merged.attributes, merged.schema_url)
+
+
+@cache
+def _hashed_resource_type() -> type:
+    """A :class:`Resource` whose hash is worked out once, when it is made.
+
+    The SDK's ``Resource.__hash__`` JSON-encodes every attribute on each call, and
+    the OTLP encoders key a dict by the resource once per span exported: about
+    35 us a span with this process's 19 attributes, on the exporter thread that
+    shares the GIL with the event loop (``bench/tracing.py``). A resource is
+    immutable, so one hash holds for its life.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    class HashedResource(Resource):
+        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+            super().__init__(attributes, schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+    return HashedResource
 
 
 def _version() -> str:

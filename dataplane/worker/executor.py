@@ -196,8 +196,8 @@ class JobExecutor:
                 job.type,
                 job_id,
                 surface=self.surface.id,
-                dequeue_count=job.dequeue_count,
-                **waits,
+                queue_wait_ms=waits["queue_wait_ms"],
+                attempt=job.dequeue_count,
             ),
             "messaging.message.delivery_count": job.dequeue_count,
         }
