@@ -80,7 +80,7 @@ def scratch_server(prefix: str) -> Iterator[Server]:
     try:
         external = os.environ.get("MAESTRO_QUEUES_URL")
         if external:
-            with _external_database(external, f"{prefix}_{os.getpid()}") as server:
+            with scratch_database(external, f"{prefix}_{os.getpid()}") as server:
                 yield server
         else:
             with _embedded_server() as server:
@@ -112,7 +112,8 @@ def _embedded_server() -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def _external_database(admin_dsn: str, name: str) -> Iterator[Server]:
+def scratch_database(admin_dsn: str, name: str) -> Iterator[Server]:
+    """A new empty database ``name`` on ``admin_dsn``'s server, dropped on exit."""
     drop_database(admin_dsn, name)
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
