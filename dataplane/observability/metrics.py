@@ -69,7 +69,7 @@ REASON = "dataplane.reason"
 # Known label values, for initialise(): every series exists before its first event.
 OUTCOMES = ("done", "error", "failed", "poison", "lost", "released")  # report.Outcome
 ANSWER_STATUSES = ("done", "poison", "cancelled")  # rows whose answer a stream gets
-POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff, or the reaper
+POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
 CAPCOM_DROP_REASONS = (
     "queue_full",
@@ -121,7 +121,7 @@ class Instruments:
             "dataplane.poison",
             "{job}",
             "Jobs parked as poison: failed at the dequeue cutoff (worker) or with the lease "
-            "of their last attempt lapsed (maintenance)",
+            "of their last attempt lapsed (the next claim of their type, or maintenance)",
         )
         self.lease_lost = counter(
             "dataplane.lease.lost",
