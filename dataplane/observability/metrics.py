@@ -238,12 +238,15 @@ def initialise(
     operations: Mapping[str, Sequence[str]] | None = None,
     *,
     cacheable: Iterable[tuple[str, str]] = (),
+    maintained: Iterable[str] = (),
 ) -> None:
     """Every counter series this process can produce, at zero, before any event.
 
     ``operations`` maps each queue type the process serves (a worker: its own; a BFF:
     every surface's, in its tier) to its operation names; ``cacheable`` lists the
-    (queue type, operation) pairs with a TTL cache.
+    (queue type, operation) pairs with a TTL cache; ``maintained``, the other queue
+    types whose rows a worker's maintenance pass may park as poison (``lease_lapsed``:
+    the elected pass covers every type, whichever worker runs it).
     """
     m = instruments()
     operations = operations or {}
@@ -259,6 +262,8 @@ def initialise(
                 m.fenced.add(0, {**q, "dataplane.write": write})
             m.lease_lost.add(0, q)
             m.coalesced.add(0, {**q, "dataplane.layer": "single_flight"})
+        for queue_type in maintained:
+            m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
         for queue_type, name in cacheable:
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for reason in CAPCOM_DROP_REASONS:

@@ -5,7 +5,7 @@ protobuf decoded with opentelemetry-proto)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,7 +374,12 @@ LAPSING = {
 }
 
 
-async def _last_attempt_dies(s: Stack, http: httpx.AsyncClient, db: Database) -> tuple[str, str]:
+async def _last_attempt_dies(
+    s: Stack,
+    http: httpx.AsyncClient,
+    db: Database,
+    before_the_kill: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[str, str]:
     """POST a slow job with one attempt allowed, SIGKILL the worker running it;
     returns (job id, stream URL)."""
     resp = await http.post(
@@ -397,6 +402,8 @@ async def _last_attempt_dies(s: Stack, http: httpx.AsyncClient, db: Database) ->
         "SELECT max_dequeues FROM maestro_queues WHERE id = %(id)s", {"id": job_id}
     )
     assert row is not None and row["max_dequeues"] == 1
+    if before_the_kill is not None:
+        await before_the_kill()
     s.worker.proc.kill()
     await trio.to_thread.run_sync(s.worker.proc.wait)
     return job_id, resp.json()["streamUrl"]
@@ -480,17 +487,22 @@ async def test_a_job_whose_last_worker_died_is_poisoned_by_maintenance_in_its_tr
     endpoint, received = otlp
     s = await stack(endpoint, every={"DATAPLANE_MAX_DEQUEUES": "1"}, **LAPSING)
     port = free_port()
+    # A worker of the other tier never claims the row; its maintenance pass, elected
+    # across the fleet, parks it.
+    maintainer = await s.spawn(
+        SURFACE_QUEUE_TYPE="surface-probe-dev",
+        DATAPLANE_MAINTENANCE_SECONDS="0.2",
+        DATAPLANE_METRICS="1",
+        DATAPLANE_METRICS_PORT=str(port),
+        DATAPLANE_LOG_FORMAT="json",
+    )
+
+    async def nothing_poisoned_yet() -> None:
+        # The other tier's series too exists at zero before its first event.
+        assert (await _poison_counts(port))[("surface-probe", "lease_lapsed")] == 0
+
     async with httpx.AsyncClient(base_url=s.bff.base, timeout=30) as http:
-        job_id, stream_url = await _last_attempt_dies(s, http, db)
-        # A worker of the other tier never claims the row; its maintenance pass, elected
-        # across the fleet, parks it.
-        maintainer = await s.spawn(
-            SURFACE_QUEUE_TYPE="surface-probe-dev",
-            DATAPLANE_MAINTENANCE_SECONDS="0.2",
-            DATAPLANE_METRICS="1",
-            DATAPLANE_METRICS_PORT=str(port),
-            DATAPLANE_LOG_FORMAT="json",
-        )
+        job_id, stream_url = await _last_attempt_dies(s, http, db, nothing_poisoned_yet)
         _, _, events = await read_sse(http, stream_url)
     assert events[-1].name == "error" and events[-1].json["code"] == "POISON", events
 
