@@ -69,7 +69,7 @@ REASON = "dataplane.reason"
 # Known label values, for initialise(): every series exists before its first event.
 OUTCOMES = ("done", "error", "failed", "poison", "lost", "released")  # report.Outcome
 ANSWER_STATUSES = ("done", "poison", "cancelled")  # rows whose answer a stream gets
-POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff, or the reaper
+POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
 CAPCOM_DROP_REASONS = (
     "queue_full",
@@ -121,7 +121,7 @@ class Instruments:
             "dataplane.poison",
             "{job}",
             "Jobs parked as poison: failed at the dequeue cutoff (worker) or with the lease "
-            "of their last attempt lapsed (maintenance)",
+            "of their last attempt lapsed (the next claim of their type, or maintenance)",
         )
         self.lease_lost = counter(
             "dataplane.lease.lost",
@@ -238,12 +238,15 @@ def initialise(
     operations: Mapping[str, Sequence[str]] | None = None,
     *,
     cacheable: Iterable[tuple[str, str]] = (),
+    maintained: Iterable[str] = (),
 ) -> None:
     """Every counter series this process can produce, at zero, before any event.
 
     ``operations`` maps each queue type the process serves (a worker: its own; a BFF:
     every surface's, in its tier) to its operation names; ``cacheable`` lists the
-    (queue type, operation) pairs with a TTL cache.
+    (queue type, operation) pairs with a TTL cache; ``maintained``, the other queue
+    types whose rows a worker's maintenance pass may park as poison (``lease_lapsed``:
+    the elected pass covers every type, whichever worker runs it).
     """
     m = instruments()
     operations = operations or {}
@@ -259,6 +262,8 @@ def initialise(
                 m.fenced.add(0, {**q, "dataplane.write": write})
             m.lease_lost.add(0, q)
             m.coalesced.add(0, {**q, "dataplane.layer": "single_flight"})
+        for queue_type in maintained:
+            m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
         for queue_type, name in cacheable:
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for reason in CAPCOM_DROP_REASONS:

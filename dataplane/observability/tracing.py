@@ -12,6 +12,13 @@ the BFF's ``notify <type>`` and the stream's ``done`` span, both parented on the
 envelope's context. Attributes follow the OpenTelemetry messaging and database
 conventions plus ``dataplane.*``.
 
+A job poisoned on its last attempt shows it there: that attempt's ``process`` span
+is ERROR and carries the ``POISON`` event. A job whose last attempt's worker died
+(its lease lapsed) is poisoned by the next claim of its type or by a maintenance
+pass, with no attempt left to tell: whoever parked it records a short
+``poison <type>`` span (:func:`poison_span`) in the request's trace, ERROR with
+``error.type`` ``POISON`` and the same ``POISON`` event.
+
 Database statements get a client span only inside a trace: when the current span
 is recording (a handler's query, the BFF's enqueue), or when the caller names the
 traces a statement served (a claim's rows, a batch of completions) — then one span
@@ -24,7 +31,8 @@ and a statement pays one context lookup.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -155,6 +163,54 @@ def record_span(
         name, context=parent, kind=kind, attributes=attributes, start_time=_ns(start)
     )
     span.end(end_time=_ns(end))
+
+
+@contextmanager
+def poison_span(
+    queue_type: str,
+    job_id: str,
+    traceparent: str | None,
+    *,
+    attempt: int,
+    max_dequeues: int,
+    reason: str,
+    cause: str,
+) -> Iterator[Span]:
+    """A short ``poison <type>`` span for a job parked as poison by someone other than
+    its attempt's worker (a claim, a maintenance pass), current inside the block: a
+    line logged there carries the request's trace id.
+
+    Parented on the request's producer context (``traceparent``); ERROR with
+    ``error.type`` ``POISON``; ``dataplane.attempt`` and ``dataplane.reason``; and a
+    ``POISON`` event as the fail path's (``dataplane.attempt``,
+    ``dataplane.max_dequeues``, ``error.type`` = ``cause``). Nothing is recorded when
+    tracing is off or the traceparent is missing or invalid: never an orphan root.
+    """
+    parent = context_from(traceparent) if tracing_on() else None
+    if parent is None:
+        yield trace.INVALID_SPAN
+        return
+    span = tracer().start_span(
+        f"poison {queue_type}",
+        context=parent,
+        kind=SpanKind.CLIENT,
+        attributes=messaging(
+            "settle",
+            queue_type,
+            job_id,
+            operation_name="poison",
+            attempt=attempt,
+            max_dequeues=max_dequeues,
+            reason=reason,
+        ),
+    )
+    span.add_event(
+        "POISON",
+        {"dataplane.attempt": attempt, "dataplane.max_dequeues": max_dequeues, "error.type": cause},
+    )
+    failed(span, "POISON", f"parked as poison: {reason}")
+    with trace.use_span(span, end_on_exit=True):
+        yield span
 
 
 def _ns(t: datetime | int) -> int:

@@ -2,7 +2,7 @@
 
 * :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
   channel names;
-* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, blobs;
+* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, blobs, poisoned rows;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
   claim, renew, complete, fail, release, readers), fenced where a claimer writes;
@@ -18,11 +18,13 @@ from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQU
 from dataplane.queue.records import (
     Blob,
     CancelResult,
+    ClaimBatch,
     ClaimedJob,
     Completion,
     EnqueueResult,
     JobRow,
     JsonText,
+    Poisoned,
     StoredBlob,
     to_json,
 )
@@ -46,11 +48,13 @@ __all__ = [
     "STATUSES",
     "Blob",
     "CancelResult",
+    "ClaimBatch",
     "ClaimedJob",
     "Completion",
     "EnqueueResult",
     "JobRow",
     "JsonText",
+    "Poisoned",
     "QueueClient",
     "QueueConfig",
     "QueueType",

@@ -7,6 +7,8 @@ States::
                            |   \\-fail (at cutoff)----> poison   (+ done notify)
                            |    \\release (shutdown)--> pending (claim not counted)
                            \\--lease lapses--> claimable again (the lease *is* the retry)
+                                                (at the cutoff: poison, by the next claim
+                                                 or the maintenance pass, + done notify)
 
 Invariants:
 
@@ -39,11 +41,13 @@ from dataplane.queue.config import QueueConfig, check_non_negative, check_positi
 from dataplane.queue.records import (
     Blob,
     CancelResult,
+    ClaimBatch,
     ClaimedJob,
     Completion,
     EnqueueResult,
     JobRow,
     JsonText,
+    Poisoned,
     StoredBlob,
     job_uuid,
     to_json,
@@ -116,7 +120,30 @@ class QueueClient:
         limit: int = 1,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first."""
+        """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first.
+
+        The rows the same statement parked as poison are not returned: see
+        :meth:`claim_batch`.
+        """
+        batch = await self.claim_batch(
+            queue_type, worker_id, limit=limit, lease_seconds=lease_seconds
+        )
+        return batch.jobs
+
+    async def claim_batch(
+        self,
+        queue_type: str | QueueType,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+    ) -> ClaimBatch:
+        """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first; the
+        claimable rows found with their dequeue budget spent (the lease of their last
+        attempt lapsed) become poison in the same statement, and are reported too.
+
+        Both count toward ``limit``: a batch of ``limit`` rows may have left work behind.
+        """
         type_name = check_queue_type(queue_type)
         if not worker_id:
             raise InvalidArgument("worker_id must be a non-empty string")
@@ -130,9 +157,9 @@ class QueueClient:
             {"type": type_name, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
             parents=_claimed_traces,
         )
-        jobs = [_claimed(row, worker_id) for row in rows]
+        jobs = [_claimed(row, worker_id) for row in rows if not row["poisoned"]]
         jobs.sort(key=lambda j: j.created_at)
-        return jobs
+        return ClaimBatch(jobs, [Poisoned.from_row(row) for row in rows if row["poisoned"]])
 
     async def renew(
         self, jobs: Sequence[ClaimedJob], *, lease_seconds: float | None = None
@@ -354,11 +381,13 @@ def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:
 
 
 def _claimed_traces(rows: list[DictRow] | None) -> list[Context | None]:
-    """The request traces a claim served: each claimed row's producer context."""
+    """The request traces a claim served: each claimed or poisoned row's producer
+    context (a claimed row's is in its payload; a poisoned row's comes alone)."""
     out: list[Context | None] = []
     for row in rows or ():
         payload = row["payload"]
-        out.append(context_from(payload.get("traceparent") if isinstance(payload, dict) else None))
+        traceparent = payload.get("traceparent") if isinstance(payload, dict) else None
+        out.append(context_from(traceparent or row["traceparent"]))
     return out
 
 

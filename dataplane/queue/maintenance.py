@@ -4,7 +4,9 @@ Every worker runs this service (and so can ``dataplane maintenance``); the
 advisory lock of :func:`~dataplane.queue.reaper.reap_once` elects one of them per
 pass, so the fleet runs one pass at a time whatever its size, and a fleet that is
 never idle is still maintained. A failed pass is logged and tried again at the
-next turn.
+next turn. Each row a pass parks as poison (its last attempt's lease lapsed) gets
+its span in the request's trace, its count and its WARNING line
+(:func:`~dataplane.queue.poison.report_lapsed`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import trio
 
 from dataplane.db import Database
 from dataplane.errors import DatabaseError
-from dataplane.observability.metrics import QUEUE_TYPE, REASON, instruments
+from dataplane.queue.poison import report_lapsed
 from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
 
 log = logging.getLogger(__name__)
@@ -53,8 +55,7 @@ class Maintenance:
             self.skipped += 1
             return result
         self.passes += 1
-        for queue_type in result.poisoned_types:
-            instruments().poison.add(1, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
+        report_lapsed(result.poisoned_jobs, log, found_by="maintenance")
         if result.changed:
             log.info("maintenance: %s", result)
         return result

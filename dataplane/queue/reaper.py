@@ -2,20 +2,23 @@
 
 A pass moves live rows that can never be claimed again (dequeue budget spent,
 lease lapsed) to ``poison`` with a done notify, so waiting browsers learn at
-once; then deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison``
-rows older than 7 d and expired blobs, each in bounded batches (every batch its
-own short transaction: no long locks on the hot table, however large the
-backlog). :func:`reap_once` runs a pass on one connection that first takes the
-maintenance advisory lock: across the fleet, one pass at a time; a pass that
-finds the lock taken does nothing and says so.
+once, and returns them (:attr:`ReapResult.poisoned_jobs`, which the caller
+traces, counts and logs: :func:`~dataplane.queue.poison.report_lapsed`); then
+deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison`` rows older
+than 7 d and expired blobs, each in bounded batches (every batch its own short
+transaction: no long locks on the hot table, however large the backlog).
+:func:`reap_once` runs a pass on one connection that first takes the maintenance
+advisory lock: across the fleet, one pass at a time; a pass that finds the lock
+taken does nothing and says so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dataplane.db import Connection, Database, q
 from dataplane.errors import InvalidArgument
+from dataplane.queue.records import Poisoned
 
 DONE_RETENTION_SECONDS = 24 * 3600.0
 POISON_RETENTION_SECONDS = 7 * 24 * 3600.0
@@ -45,7 +48,7 @@ class ReapResult:
     blobs_deleted: int
     poisoned: int
     elected: bool = True  # False: another session held the lock; nothing was done
-    poisoned_types: tuple[str, ...] = ()  # the queue type of each row poisoned
+    poisoned_jobs: tuple[Poisoned, ...] = field(default=(), repr=False)  # each row poisoned
 
     @property
     def changed(self) -> int:
@@ -67,13 +70,13 @@ async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
         return ReapResult(0, 0, 0, 0, elected=False)
     try:
         cur = await conn.execute(q("reap_lapsed_at_cutoff"), {"batch": config.batch})
-        poisoned_types = tuple(row["type"] for row in await cur.fetchall())
+        poisoned = tuple(Poisoned.from_row(row) for row in await cur.fetchall())
         done = await _delete(conn, "reap_done", {"retention_seconds": config.done_seconds}, config)
         poison = await _delete(
             conn, "reap_poison", {"retention_seconds": config.poison_seconds}, config
         )
         blobs = await _delete(conn, "reap_blobs", {}, config)
-        return ReapResult(done, poison, blobs, len(poisoned_types), True, poisoned_types)
+        return ReapResult(done, poison, blobs, len(poisoned), True, poisoned)
     finally:
         if not conn.closed and not conn.broken:
             await conn.execute(q("maintenance_unlock"))

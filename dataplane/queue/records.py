@@ -2,7 +2,9 @@
 
 A :class:`ClaimedJob` carries its *fence*, (``id``, ``worker_id``,
 ``dequeue_count``): every write by a claimer names it, so a claimer whose lease
-lapsed cannot touch a newer claim of the same row.
+lapsed cannot touch a newer claim of the same row. A :class:`Poisoned` row is one a
+claim or a maintenance pass parked as poison because the lease of its last attempt
+lapsed: no worker is left to say so, so whoever parked it traces, counts and logs it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,37 @@ class ClaimedJob:
     @property
     def last_attempt(self) -> bool:
         return self.dequeue_count >= self.max_dequeues
+
+
+@dataclass(frozen=True, slots=True)
+class Poisoned:
+    """A row parked as poison with the lease of its last attempt lapsed (its worker
+    died): what its trace, its count and its log line need."""
+
+    id: uuid.UUID
+    type: str
+    dequeue_count: int  # its attempts, the last one lapsed
+    max_dequeues: int
+    traceparent: str | None  # the request's producer context (the envelope's)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Poisoned:
+        """From a row of ``job_claim`` or ``reap_lapsed_at_cutoff``."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim statement did: the rows it claimed, oldest first, and the
+    claimable rows it found with their dequeue budget spent and parked as poison."""
+
+    jobs: list[ClaimedJob]
+    poisoned: list[Poisoned]
+
+    @property
+    def taken(self) -> int:
+        """Rows the statement took (claimed or poisoned), of the ``limit`` it asked for."""
+        return len(self.jobs) + len(self.poisoned)
 
 
 @dataclass(frozen=True, slots=True)

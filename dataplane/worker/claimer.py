@@ -10,6 +10,11 @@ a freed slot (:meth:`Claimer.slot_freed`) ends the wait only while work may be
 waiting, so at idle one enqueue costs one claim statement. A failed claim (queue DB down) is
 logged and retried after at least :data:`DB_ERROR_BACKOFF`. :meth:`Claimer.stop`
 ends the loop; the jobs already started are the worker's to finish.
+
+A claim also parks as poison the claimable rows whose dequeue budget is spent (their
+last attempt's worker died): the claimer traces, counts and logs each
+(:func:`~dataplane.queue.poison.report_lapsed`), and counts it among the rows the
+claim took, so a batch filled partly by such rows is followed at once too.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from dataplane.errors import DatabaseError
-from dataplane.queue import QueueClient
+from dataplane.queue import ClaimBatch, QueueClient
+from dataplane.queue.poison import report_lapsed
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.held import HeldJobs, Running
 
@@ -44,6 +50,7 @@ class Claimer:
         self.claims = 0  # claim statements run
         self.idle_claims = 0  # of which found nothing
         self.claimed = 0  # rows claimed
+        self.poisoned = 0  # rows its claims parked as poison (their last lease lapsed)
         self._wake = trio.Event()
         self._more = True  # work may be waiting: the last claim was full, or a wake came
         self._stopping = False
@@ -81,7 +88,7 @@ class Claimer:
                 await self._wake.wait()
                 continue
             try:
-                claimed = await self.queue.claim(
+                batch = await self.queue.claim_batch(
                     config.queue_type,
                     config.worker_id,
                     limit=free,
@@ -89,15 +96,18 @@ class Claimer:
                 )
             except DatabaseError as exc:
                 log.warning("claim failed (%s); retrying", exc)
-                claimed = []
+                batch = ClaimBatch([], [])
                 backoff_ms = max(backoff_ms, int(DB_ERROR_BACKOFF * 1000))
             self.claims += 1
-            if claimed:
+            if batch.poisoned:
+                self.poisoned += len(batch.poisoned)
+                report_lapsed(batch.poisoned, log, found_by=f"a claim of {config.worker_id}")
+            if batch.taken:
                 backoff_ms = config.poll_start_ms
-                self.claimed += len(claimed)
-                for job in claimed:
+                self.claimed += len(batch.jobs)
+                for job in batch.jobs:
                     jobs.start_soon(self.execute, self.held.add(job))
-                if len(claimed) == free:
+                if batch.taken == free:
                     self._more = True
                     continue
                 self._more = False  # the queue had no more for us: wait for news

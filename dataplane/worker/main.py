@@ -20,7 +20,8 @@ from dataplane.db.session import require_session_pooling
 from dataplane.errors import ConfigError, DatabaseUnavailable
 from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import prometheus_text, setup_telemetry
-from dataplane.queue import QueueClient
+from dataplane.queue import QueueClient, QueueType
+from dataplane.queue.types import SUFFIXES
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
@@ -46,6 +47,11 @@ async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None
         "worker",
         {queue_type.name: [op.name for op in ops]},
         cacheable=[(queue_type.name, op.name) for op in ops if op.cacheable],
+        maintained=[
+            QueueType(surface_id, suffix).name
+            for surface_id in config.surfaces.registry().surfaces
+            for suffix in SUFFIXES
+        ],
     )
     try:
         return await _serve_worker(config, surface, reporter, telemetry.prometheus)

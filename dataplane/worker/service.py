@@ -58,7 +58,8 @@ class WorkerStatistics:
     done: int
     errors: int
     failed: int
-    poisoned: int
+    poisoned: int  # attempts of this worker that failed at the cutoff
+    poisoned_at_claim: int  # rows its claims parked as poison (their last lease lapsed)
     lost: int
     released: int
     coalesced: int
@@ -177,6 +178,7 @@ class Worker:
             errors=c.errors,
             failed=c.failed,
             poisoned=c.poisoned,
+            poisoned_at_claim=self.claimer.poisoned,
             lost=c.lost,
             released=c.released,
             coalesced=c.coalesced,

@@ -61,7 +61,9 @@ GROUP BY type, client;
 -- still running (its n-th row ranks n + running), so one client's burst cannot
 -- starve the others, batch after batch. A claimable row whose dequeue budget is
 -- spent (its last attempt's lease lapsed) is not run again: it becomes poison
--- here, in the same statement, and its done channel hears of it. Fair candidates
+-- here, in the same statement, and its done channel hears of it; it is returned
+-- too (`poisoned` true, its id, type, attempts and traceparent, the claim columns
+-- NULL), so the claimer can trace, count and log it. Fair candidates
 -- are read without locks, then locked with SKIP LOCKED and checked again. The
 -- claim commits without waiting for its WAL flush (this transaction only): a claim
 -- lost in a server crash just leaves the row claimable, the fenced completion of
@@ -137,22 +139,31 @@ WITH RECURSIVE clients(client) AS (
             || 'the lease of its last attempt lapsed (its worker died or lost the database)'
     FROM claimable
     WHERE q.id = claimable.id AND claimable.spent
-    RETURNING q.id, q.type
-), notified AS (
-    SELECT pg_notify(maestro_done_channel(p.type), p.id::text) FROM poisoned p
+    RETURNING q.id, q.type, q.dequeue_count, q.max_dequeues,
+              q.payload ->> 'traceparent' AS traceparent
+), claimed AS (
+    UPDATE maestro_queues q
+    SET status = 'in_progress',
+        locked_by = %(worker_id)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        available_at = now() + make_interval(secs => %(lease_seconds)s),
+        dequeue_count = q.dequeue_count + 1,
+        claimed_at = now()
+    FROM claimable, async_commit
+    WHERE q.id = claimable.id AND NOT claimable.spent
+    RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
+              q.created_at, claimable.ready_at, q.claimed_at, q.lease_expires_at
 )
-UPDATE maestro_queues q
-SET status = 'in_progress',
-    locked_by = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-    available_at = now() + make_interval(secs => %(lease_seconds)s),
-    dequeue_count = q.dequeue_count + 1,
-    claimed_at = now()
-FROM claimable, async_commit
-WHERE q.id = claimable.id AND NOT claimable.spent
-  AND (SELECT count(*) FROM notified) >= 0
-RETURNING q.id, q.type, q.dedupe_key, q.payload, q.dequeue_count, q.max_dequeues,
-          q.created_at, claimable.ready_at, q.claimed_at, q.lease_expires_at;
+SELECT c.id, c.type, c.dedupe_key, c.payload, c.dequeue_count, c.max_dequeues,
+       c.created_at, c.ready_at, c.claimed_at, c.lease_expires_at,
+       false AS poisoned, NULL::text AS traceparent
+FROM claimed c
+UNION ALL
+SELECT p.id, p.type, NULL, NULL, p.dequeue_count, p.max_dequeues,
+       NULL, NULL, NULL, NULL,
+       true, p.traceparent
+FROM poisoned p
+CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;
 
 -- name: lease_renew
 -- Extend the lease of every listed row this worker still holds (fenced).

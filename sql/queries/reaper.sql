@@ -28,7 +28,8 @@ WHERE id IN (
 
 -- name: reap_lapsed_at_cutoff
 -- Live rows that can never be claimed again (dequeue budget spent, lease lapsed
--- or backoff over) become poison, and their done channel hears of it.
+-- or backoff over) become poison, and their done channel hears of it. Each is
+-- returned with its attempts and traceparent, so the pass can trace, count and log it.
 WITH p AS (
     UPDATE maestro_queues q
     SET status = 'poison',
@@ -44,9 +45,10 @@ WITH p AS (
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING q.id, q.type
+    RETURNING q.id, q.type, q.dequeue_count, q.max_dequeues,
+              q.payload ->> 'traceparent' AS traceparent
 )
-SELECT p.id, p.type
+SELECT p.id, p.type, p.dequeue_count, p.max_dequeues, p.traceparent
 FROM p
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;
 

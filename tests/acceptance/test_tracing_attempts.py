@@ -4,7 +4,8 @@ protobuf decoded with opentelemetry-proto)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 import pytest
 import trio
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import conninfo_to_dict
 
 from dataplane.db import Database
@@ -44,15 +46,21 @@ class Stack:
     worker: WorkerProcess
     capcom: BffProcess
     worker_env: dict[str, str]
-    spawn: Callable[[], Any]  # another worker, as the first
+    spawn: Callable[..., Any]  # another worker, as the first (environment overrides)
 
 
 @pytest.fixture
 def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
 
-    async def start(endpoint: str, queue_type: str = "surface-probe", **worker: str) -> Stack:
-        env = {**bff_env, **OTEL, **QUEUE, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    async def start(
+        endpoint: str,
+        queue_type: str = "surface-probe",
+        *,
+        every: Mapping[str, str] | None = None,  # for every process (e.g. the poison cutoff)
+        **worker: str,
+    ) -> Stack:
+        env = {**bff_env, **OTEL, **QUEUE, **(every or {}), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
         capcom = BffProcess(
             {**env, "CAPCOM_TOKEN": CAPCOM_TOKEN},
             str(tmp_path / "capcom.log"),
@@ -72,8 +80,10 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
             **worker,
         }
 
-        async def spawn() -> WorkerProcess:
-            proc = WorkerProcess(worker_env, str(tmp_path / f"worker-{len(started)}.log"))
+        async def spawn(**extra: str) -> WorkerProcess:
+            proc = WorkerProcess(
+                {**worker_env, **extra}, str(tmp_path / f"worker-{len(started)}.log")
+            )
             started.append(proc)
             await proc.wait_ready()
             return proc
@@ -350,4 +360,164 @@ async def test_a_redrive_after_a_crash_is_in_the_request_trace(
     # The second wait began when the first attempt's lease lapsed, a second after it.
     assert attrs(wait)["dataplane.queue_wait_ms"] >= attrs(wait)["dataplane.ready_wait_ms"]
     assert wait.start_time_unix_nano >= send.end_time_unix_nano + 900_000_000
+    _assert_no_stray_roots(received)
+
+
+# -- poisoned with no attempt left to tell: the last attempt's worker died -----------
+
+# The worker holding the last attempt dies: its lease (1 s, renewed every 0.3 s while
+# it lives) lapses, and nothing of it is left to say the job is poison.
+LAPSING = {
+    "MAESTRO_LEASE_SECONDS": "1",
+    "MAESTRO_RENEW_SECONDS": "0.3",
+    "DATAPLANE_MAX_HANDLER_SECONDS": "30",
+}
+
+
+async def _last_attempt_dies(
+    s: Stack,
+    http: httpx.AsyncClient,
+    db: Database,
+    before_the_kill: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[str, str]:
+    """POST a slow job with one attempt allowed, SIGKILL the worker running it;
+    returns (job id, stream URL)."""
+    resp = await http.post(
+        "/api/probe/q",
+        json={"operation": "sleep", "params": {"ms": 30_000}},
+        headers=bearer(STAFF),
+    )
+    assert resp.status_code == 202, resp.text
+    job_id = resp.json()["jobId"]
+
+    async def running() -> bool:
+        row = await db.fetchone(
+            "SELECT status FROM maestro_queues WHERE id = %(id)s",
+            {"id": job_id},
+        )
+        return row is not None and row["status"] == "in_progress"
+
+    await wait_until(running, within=10)
+    row = await db.fetchone(
+        "SELECT max_dequeues FROM maestro_queues WHERE id = %(id)s", {"id": job_id}
+    )
+    assert row is not None and row["max_dequeues"] == 1
+    if before_the_kill is not None:
+        await before_the_kill()
+    s.worker.proc.kill()
+    await trio.to_thread.run_sync(s.worker.proc.wait)
+    return job_id, resp.json()["streamUrl"]
+
+
+async def _poison_counts(port: int) -> dict[tuple[str, str], float]:
+    """``dataplane_poison_total`` by (queue type, reason), as a worker serves it."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        resp = await http.get(f"http://127.0.0.1:{port}/metrics")
+    assert resp.status_code == 200, resp.text
+    return {
+        (x.labels["messaging_destination_name"], x.labels["dataplane_reason"]): x.value
+        for family in text_string_to_metric_families(resp.text)
+        for x in family.samples
+        if x.name == "dataplane_poison_total"
+    }
+
+
+def _assert_poison_span(received: Received, job_id: str) -> None:
+    """One ``poison surface-probe`` span, a child of the request's producer span:
+    ERROR, ``error.type`` POISON, reason lease_lapsed, and the POISON event."""
+    (_, send), *_ = _of_job(received, job_id, "send surface-probe")
+    ((svc, poison),) = _of_job(received, job_id, "poison surface-probe")
+    assert svc == "dataplane-worker"
+    assert poison.trace_id == send.trace_id and poison.parent_span_id == send.span_id
+    assert poison.status.code == ERROR
+    a = attrs(poison)
+    assert a["error.type"] == "POISON"
+    assert a["dataplane.reason"] == "lease_lapsed"
+    assert a["dataplane.attempt"] == 1 and a["dataplane.max_dequeues"] == 1
+    assert a["messaging.destination.name"] == "surface-probe"
+    assert a["messaging.operation.name"] == "poison"
+    assert a["messaging.system"] == "postgresql"
+    event = _events(poison)["POISON"]
+    assert event == {
+        "dataplane.attempt": 1,
+        "dataplane.max_dequeues": 1,
+        "error.type": "LEASE_LAPSED",
+    }
+    for _svc, span in received.spans:  # nothing of the job outside the request's trace
+        if attrs(span).get("messaging.message.id") == job_id:
+            assert span.trace_id == send.trace_id, span.name
+
+
+async def test_a_job_whose_last_worker_died_is_poisoned_by_the_next_claim_in_its_trace(
+    otlp: tuple[str, Received], stack: Callable[..., Any], db: Database
+) -> None:
+    endpoint, received = otlp
+    s = await stack(endpoint, every={"DATAPLANE_MAX_DEQUEUES": "1"}, **LAPSING)
+    port = free_port()
+    async with httpx.AsyncClient(base_url=s.bff.base, timeout=30) as http:
+        job_id, stream_url = await _last_attempt_dies(s, http, db)
+        # The next worker's claim finds the lapsed row (maintenance is an hour away).
+        rescuer = await s.spawn(
+            DATAPLANE_MAINTENANCE_SECONDS="3600",
+            DATAPLANE_METRICS="1",
+            DATAPLANE_METRICS_PORT=str(port),
+        )
+        _, _, events = await read_sse(http, stream_url)
+    assert events[-1].name == "error" and events[-1].json["code"] == "POISON", events
+
+    await wait_until(lambda: _of_job(received, job_id, "poison surface-probe"), within=20)
+    _assert_poison_span(received, job_id)
+    log = rescuer.output()
+    (line,) = [x for x in log.splitlines() if f"job {job_id} " in x]
+    assert " WARNING dataplane.worker.claimer: " in line
+    assert (
+        f"job {job_id} (surface-probe, attempt 1/1): poisoned, the lease of its last "
+        "attempt lapsed (reason lease_lapsed, found by a claim of surface-probe@"
+    ) in line
+    # The rescuer's series started at zero (initialise): one lease_lapsed poison.
+    counts = await _poison_counts(port)
+    assert counts[("surface-probe", "lease_lapsed")] == 1
+    assert counts[("surface-probe", "failed")] == 0
+    _assert_no_stray_roots(received)
+
+
+async def test_a_job_whose_last_worker_died_is_poisoned_by_maintenance_in_its_trace(
+    otlp: tuple[str, Received], stack: Callable[..., Any], db: Database
+) -> None:
+    endpoint, received = otlp
+    s = await stack(endpoint, every={"DATAPLANE_MAX_DEQUEUES": "1"}, **LAPSING)
+    port = free_port()
+    # A worker of the other tier never claims the row; its maintenance pass, elected
+    # across the fleet, parks it.
+    maintainer = await s.spawn(
+        SURFACE_QUEUE_TYPE="surface-probe-dev",
+        DATAPLANE_MAINTENANCE_SECONDS="0.2",
+        DATAPLANE_METRICS="1",
+        DATAPLANE_METRICS_PORT=str(port),
+        DATAPLANE_LOG_FORMAT="json",
+    )
+
+    async def nothing_poisoned_yet() -> None:
+        # The other tier's series too exists at zero before its first event.
+        assert (await _poison_counts(port))[("surface-probe", "lease_lapsed")] == 0
+
+    async with httpx.AsyncClient(base_url=s.bff.base, timeout=30) as http:
+        job_id, stream_url = await _last_attempt_dies(s, http, db, nothing_poisoned_yet)
+        _, _, events = await read_sse(http, stream_url)
+    assert events[-1].name == "error" and events[-1].json["code"] == "POISON", events
+
+    await wait_until(lambda: _of_job(received, job_id, "poison surface-probe"), within=20)
+    _assert_poison_span(received, job_id)
+    # One line, logged inside the poison span: it carries the request's trace id.
+    lines = [json.loads(x) for x in maintainer.output().splitlines() if x.startswith("{")]
+    (line,) = [x for x in lines if job_id in x["message"]]
+    assert line["level"] == "WARNING" and line["logger"] == "dataplane.queue.maintenance"
+    assert line["message"] == (
+        f"job {job_id} (surface-probe, attempt 1/1): poisoned, the lease of its last "
+        "attempt lapsed (reason lease_lapsed, found by maintenance)"
+    )
+    (_, send), *_ = _of_job(received, job_id, "send surface-probe")
+    assert line["trace_id"] == send.trace_id.hex()
+    counts = await _poison_counts(port)
+    assert counts[("surface-probe", "lease_lapsed")] == 1
     _assert_no_stray_roots(received)

@@ -12,7 +12,15 @@ import trio
 
 from dataplane.db import Database, DatabaseConfig, Gap, Notification, open_database
 from dataplane.errors import HttpError, InvalidArgument, LeaseLost
-from dataplane.queue import Blob, ClaimedJob, Completion, QueueClient, done_channel, wake_channel
+from dataplane.queue import (
+    Blob,
+    ClaimedJob,
+    Completion,
+    Poisoned,
+    QueueClient,
+    done_channel,
+    wake_channel,
+)
 from tests.conftest import wait_until
 
 T = "surface-probe"
@@ -184,6 +192,63 @@ async def test_lapsed_lease_is_reclaimed_and_the_old_claim_is_fenced_out(
     row = await _row(db, enq.job_id)
     assert row["status"] == "done" and row["result"] == {"fresh": True}
     assert row["locked_by"] == "worker-b" and row["dequeue_count"] == 2
+
+
+async def _leases_lapsed(db: Database, *ids: uuid.UUID) -> bool:
+    """Whether every listed row's lease has lapsed in Postgres' clock (``now()``)."""
+    row = await db.fetchone(
+        "SELECT bool_and(lease_expires_at <= now()) AS lapsed FROM maestro_queues"
+        " WHERE id = ANY(%(ids)s)",
+        {"ids": list(ids)},
+    )
+    return bool(row and row["lapsed"])
+
+
+async def test_a_claim_returns_only_claimed_jobs_and_reports_the_rows_it_poisoned(
+    queue: QueueClient, db: Database
+) -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    spent = await queue.enqueue(T, "spent", {"traceparent": traceparent}, max_dequeues=1)
+    spent_too = await queue.enqueue(T, "spent-too", {}, max_dequeues=1)
+    retried = await queue.enqueue(T, "retried", {}, max_dequeues=3)
+    held = await queue.claim(T, "dies", limit=10, lease_seconds=0.05)
+    assert {j.id for j in held} == {spent.job_id, spent_too.job_id, retried.job_id}
+    fresh = await queue.enqueue(T, "fresh", {})
+    await wait_until(
+        lambda: _leases_lapsed(db, spent.job_id, spent_too.job_id, retried.job_id), within=5
+    )
+
+    # claim(): the spent rows in the same batch become poison and are not returned.
+    listener = db.listener([done_channel(T)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        batch = await queue.claim_batch(T, "rescuer", limit=10)
+        with trio.fail_after(5):
+            heard = {(await listener.events.receive()).payload for _ in range(2)}
+        nursery.cancel_scope.cancel()
+    assert heard == {str(spent.job_id), str(spent_too.job_id)}
+    assert [j.id for j in batch.jobs] == [retried.job_id, fresh.job_id]  # oldest first
+    assert [(j.worker_id, j.dequeue_count) for j in batch.jobs] == [("rescuer", 2), ("rescuer", 1)]
+    assert sorted(batch.poisoned, key=lambda p: p.traceparent is None) == [
+        Poisoned(spent.job_id, T, 1, 1, traceparent),
+        Poisoned(spent_too.job_id, T, 1, 1, None),
+    ]
+    assert batch.taken == 4
+    for job_id in (spent.job_id, spent_too.job_id):
+        row = await _row(db, job_id)
+        assert row["status"] == "poison" and row["dequeue_count"] == 1
+        assert "lease of its last attempt lapsed" in str(row["last_error"])
+
+    # The same through claim(): a list of the claimed jobs only.
+    again = await queue.enqueue(T, "spent-again", {}, max_dequeues=1)
+    (dies,) = await queue.claim(T, "dies", lease_seconds=0.05)
+    assert dies.id == again.job_id
+    other = await queue.enqueue(T, "other", {})
+    await wait_until(lambda: _leases_lapsed(db, again.job_id), within=5)
+    claimed = await queue.claim(T, "rescuer", limit=10)
+    assert all(isinstance(j, ClaimedJob) for j in claimed)
+    assert [j.id for j in claimed] == [other.job_id]
+    assert (await _row(db, again.job_id))["status"] == "poison"
 
 
 async def test_fenced_write_also_needs_the_same_worker(queue: QueueClient) -> None:

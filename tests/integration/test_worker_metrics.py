@@ -1,9 +1,11 @@
 """The worker's metrics as the SDK records them (an in-memory reader): the ready wait
 beside the wait since enqueue, error.type on a failed attempt, a lost lease and a
-fenced completion each counted once."""
+fenced completion each counted once, a lapsed last claim counted and logged where it is
+parked."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from dataplane.db import Database
 from dataplane.observability import metrics
 from dataplane.queue import QueueClient
+from dataplane.queue.maintenance import Maintenance
 from tests.conftest import wait_until
 from tests.helpers import submit
 from tests.integration.test_worker import running_worker, wait_done
@@ -118,3 +121,51 @@ async def test_a_lost_lease_and_a_fenced_completion_are_each_counted(
     assert recorded.value("dataplane.jobs", **lost) == 2
     lease_lost = recorded.value("messaging.process.duration", error__type="LeaseLost")
     assert lease_lost == 2
+
+
+async def test_a_lapsed_last_claim_is_counted_and_logged_by_the_claim_or_maintenance(
+    queue: QueueClient, db: Database, recorded: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead worker's last attempt: the next claim of its type parks it (counted once,
+    lease_lapsed, one WARNING line), else a maintenance pass does, the same way."""
+
+    async def lapsed(job_id: Any) -> bool:
+        row = await db.fetchone(
+            "SELECT lease_expires_at <= now() AS lapsed FROM maestro_queues WHERE id = %(id)s",
+            {"id": job_id},
+        )
+        return bool(row and row["lapsed"])
+
+    caplog.set_level(logging.WARNING)
+    lease_lapsed = {
+        "messaging__destination__name": "surface-probe",
+        "dataplane__reason": "lease_lapsed",
+    }
+    at_claim = await submit(queue, "probe", "echo", {"value": 1}, max_dequeues=1)
+    (dead,) = await queue.claim("surface-probe", "dies", lease_seconds=0.05)
+    await wait_until(lambda: lapsed(dead.id), within=5)
+    async with running_worker(queue, maintenance_seconds=3600) as (worker, _r):
+        await wait_until(lambda: worker.statistics().poisoned_at_claim == 1, within=5)
+        stats = worker.statistics()
+    assert (stats.claimed, stats.poisoned) == (0, 0)
+    assert recorded.value("dataplane.poison", **lease_lapsed) == 1
+    assert recorded.value("dataplane.poison", dataplane__reason="failed") == 0
+    (line,) = [r for r in caplog.records if str(at_claim.job_id) in r.getMessage()]
+    assert line.levelno == logging.WARNING and line.name == "dataplane.worker.claimer"
+    assert line.getMessage() == (
+        f"job {at_claim.job_id} (surface-probe, attempt 1/1): poisoned, the lease of its "
+        "last attempt lapsed (reason lease_lapsed, found by a claim of w-test)"
+    )
+
+    by_pass = await submit(queue, "probe", "echo", {"value": 2}, max_dequeues=1)
+    (dead,) = await queue.claim("surface-probe", "dies", lease_seconds=0.05)
+    await wait_until(lambda: lapsed(dead.id), within=5)
+    result = await Maintenance(db).run_once()
+    assert result is not None and result.poisoned == 1
+    assert [p.id for p in result.poisoned_jobs] == [by_pass.job_id]
+    assert recorded.value("dataplane.poison", **lease_lapsed) == 2
+    (line,) = [r for r in caplog.records if str(by_pass.job_id) in r.getMessage()]
+    assert line.levelno == logging.WARNING and line.name == "dataplane.queue.maintenance"
+    assert line.getMessage().endswith("(reason lease_lapsed, found by maintenance)")
+    row = await queue.get(by_pass.job_id)
+    assert row is not None and row.status == "poison"
