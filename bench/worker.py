@@ -173,8 +173,9 @@ class ServerCpu:
     their connections are still open. None for an external server.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, *, precise: bool = False) -> None:
         self.postmaster = postmaster_pid(server)
+        self.precise = precise  # schedstat nanoseconds instead of 10 ms utime+stime ticks
 
     def sample(self) -> dict[int, float] | None:
         if self.postmaster is None:
@@ -183,6 +184,8 @@ class ServerCpu:
         own = cpu_seconds(self.postmaster)
         if own is not None:
             out[self.postmaster] = own
+        if self.precise:
+            return {pid: _oncpu_seconds(pid) for pid in out}
         return out
 
     @staticmethod
@@ -527,10 +530,12 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
 
 def _herd_window(
     server: Server, procs: list[Child], seconds: float, enqueue_every: float | None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Server transactions and the workers' CPU over one window; with ``enqueue_every``,
-    one probe.echo job enqueued (real statement) and awaited (done notify) per period."""
-    pg_cpu = ServerCpu(server)
+    one probe.echo job enqueued (real statement) and awaited (done notify) per period.
+    CPU is read from schedstat (nanoseconds): the per-enqueue difference is a few ms in
+    windows of hundreds, which 10 ms utime ticks summed over ~20 processes would blur."""
+    pg_cpu = ServerCpu(server, precise=True)
     tag = uuid.uuid4().hex[:8]
     with (
         psycopg.connect(server.dsn, autocommit=True) as conn,
@@ -538,7 +543,8 @@ def _herd_window(
     ):
         listen.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(done_channel(PROBE_TYPE))))
         x0, pg0 = _xact_commits(conn), pg_cpu.sample()
-        cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        cpu0 = [_oncpu_seconds(p.pid) for p in procs]
+        wake0 = [_wakeups(p.pid) for p in procs]
         t0 = time.perf_counter()
         jobs = 0
         while time.perf_counter() - t0 < seconds:
@@ -563,15 +569,40 @@ def _herd_window(
             jobs += 1
             time.sleep(max(0.0, next_at - time.perf_counter()))
         elapsed = time.perf_counter() - t0
-        cpu1 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+        cpu1 = [_oncpu_seconds(p.pid) for p in procs]
+        wake1 = [_wakeups(p.pid) for p in procs]
         x1, pg1 = _xact_commits(conn), pg_cpu.sample()
     return {
         "seconds": elapsed,
         "jobs": jobs,
         "xacts": x1 - x0 - 1,  # the sampler's own second snapshot
         "worker_cpu_s": sum(cpu1) - sum(cpu0),
+        "wakeups": [b - a for a, b in zip(wake0, wake1, strict=True)],
         "postgres_cpu_s": ServerCpu.delta(pg0, pg1) or 0.0,
     }
+
+
+def _oncpu_seconds(pid: int) -> float:
+    """On-CPU time of every thread of ``pid`` (schedstat, ns); 0 when it is gone."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def _wakeups(pid: int) -> int:
+    """Times the process's threads were switched out, voluntarily or not (/proc): each
+    wake-up of an idle process costs at least one."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():
+                    if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
+                        total += int(line.split(":", 1)[1])
+    return total
 
 
 def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[str, Any]:
@@ -592,6 +623,12 @@ def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[
     scale = busy["seconds"] / quiet["seconds"]
     jobs = max(busy["jobs"], 1)
     statements = (busy["xacts"] - quiet["xacts"] * scale) / jobs
+    # Per worker, the wake-ups the enqueues added: the busiest worker is the one that
+    # ran the jobs; the others are the herd (0 when the enqueue woke only one).
+    woken = sorted(
+        ((b - q * scale) / jobs for q, b in zip(quiet["wakeups"], busy["wakeups"], strict=True)),
+        reverse=True,
+    )
     return {
         "workers": count,
         "jobs": busy["jobs"],
@@ -607,6 +644,8 @@ def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[
         "idle_cpu_percent_per_worker": round(
             100 * quiet["worker_cpu_s"] / quiet["seconds"] / count, 3
         ),
+        "wakeups_per_enqueue_busiest_worker": round(woken[0], 2),
+        "wakeups_per_enqueue_other_workers": [round(w, 2) for w in woken[1:]],
     }
 
 
@@ -631,6 +670,8 @@ def phase_herd(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
         ),
         "extra_cpu_us_per_enqueue": round(extra_cpu, 1),
         "extra_cpu_percent": round(100 * extra_cpu / jobs_cpu, 1),
+        # the workers that did not run the job: their wake-ups per enqueue, summed
+        "herd_wakeups_per_enqueue": round(sum(many["wakeups_per_enqueue_other_workers"]), 2),
     }
 
 
@@ -922,6 +963,7 @@ def report(
         # four idle workers, one enqueue: claim statements it caused (1 = no herd)
         "herd_extra_claims_per_enqueue": raw.get("herd", {}).get("extra_claims_per_enqueue"),
         "herd_extra_cpu_percent": raw.get("herd", {}).get("extra_cpu_percent"),
+        "herd_wakeups_per_enqueue": raw.get("herd", {}).get("herd_wakeups_per_enqueue"),
         "operations": {
             name: {"p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"], "n": s["n"]}
             for name, s in ops.items()
@@ -988,6 +1030,11 @@ def print_tables(result: dict[str, Any]) -> None:
         ],
         ["  queue-level drain jobs/s (queue.json)", ref_text, ""],
         ["idle CPU %, worker", idle.get("idle_cpu_percent"), f"<= {t['idle_cpu_percent']}"],
+        [
+            "herd: wake-ups per enqueue of the 3 workers not running the job",
+            result.get("herd", {}).get("herd_wakeups_per_enqueue"),
+            "0",
+        ],
         [
             "herd: extra claims per enqueue, 4 idle workers vs 1",
             result.get("herd", {}).get("extra_claims_per_enqueue"),

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from dataplane.db import Database
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import EnqueueResult, QueueClient
 
@@ -23,6 +24,19 @@ def envelope(
     surface: str, operation: str, params: Mapping[str, Any], auth: Auth = STAFF, version: int = 1
 ) -> Envelope:
     return Envelope(surface, operation, version, dict(params), auth)
+
+
+async def session_locks(db: Database) -> tuple[int, int]:
+    """(held, waited for) session locks of :mod:`dataplane.db.lock` in this database: the
+    on-call locks (the only two-key advisory locks the plane takes)."""
+    row = await db.fetchone(
+        "SELECT count(*) FILTER (WHERE granted) AS held,"
+        " count(*) FILTER (WHERE NOT granted) AS waiting FROM pg_locks"
+        " WHERE locktype = 'advisory' AND objsubid = 2"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    assert row is not None
+    return int(row["held"]), int(row["waiting"])
 
 
 async def submit(

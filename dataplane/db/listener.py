@@ -4,6 +4,11 @@ on a Trio receive channel.
 It checks its own liveness when quiet, reconnects 2 s then 5 s after a drop, and
 emits a :class:`Gap` after every reconnect (and after a buffer overflow) so
 consumers re-read state they might have missed.
+
+The channels it listens on may change while it runs (:meth:`Listener.listen`,
+:meth:`Listener.unlisten`): the owning task interrupts its wait for notifications,
+runs the ``LISTEN``/``UNLISTEN`` on its connection and waits again. A reconnect
+listens on the channels wanted at that moment, not the ones it started with.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class ListenerStatistics:
     dropped: int
     reconnects: int
     pings: int
+    listening: tuple[str, ...] = ()  # channels listened on the live connection
 
 
 @dataclass
@@ -80,7 +86,8 @@ class _ListenerCounters:
 class Listener:
     """A dedicated LISTEN connection whose notifications arrive on a Trio channel.
 
-    ``run`` is the owning task: it connects, LISTENs on every channel, then calls
+    ``run`` is the owning task: it connects, LISTENs on every wanted channel (at first
+    ``channels``; :meth:`listen` and :meth:`unlisten` change the set), then calls
     ``task_status.started()``. While quiet for ``check_interval`` it pings the
     connection (``ping_timeout``), so a silently dropped link is found within one
     interval. On failure it reconnects after 2 s, then every 5 s, and emits a
@@ -99,6 +106,10 @@ class Listener:
     _gap_owed: bool = field(default=False, init=False)
     _first_connect: trio.Event = field(default_factory=trio.Event, init=False)
     _conn: Connection | None = field(default=None, init=False)
+    _wanted: list[str] = field(default_factory=list, init=False)  # in LISTEN order
+    _listening: set[str] = field(default_factory=set, init=False)  # on the live connection
+    _applied: trio.Event = field(default_factory=trio.Event, init=False)
+    _drain_scope: trio.CancelScope | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         for channel in self.channels:
@@ -109,12 +120,39 @@ class Listener:
             raise InvalidArgument("check_interval and ping_timeout must be > 0")
         if not self.reconnect_delays or min(self.reconnect_delays) < 0:
             raise InvalidArgument("reconnect_delays must be non-empty and >= 0")
+        self._wanted = list(dict.fromkeys(self.channels))
         self._send, self.events = trio.open_memory_channel[Event](self.buffer_size)
         track_listener(self, self.config.application_name)
 
     def statistics(self) -> ListenerStatistics:
         c = self._counters
-        return ListenerStatistics(self.connected, c.received, c.dropped, c.reconnects, c.pings)
+        listening = tuple(ch for ch in self._wanted if ch in self._listening)
+        return ListenerStatistics(
+            self.connected, c.received, c.dropped, c.reconnects, c.pings, listening
+        )
+
+    async def listen(self, channel: str) -> None:
+        """Listen on ``channel`` too. Returns once its ``LISTEN`` has run on the live
+        connection: a NOTIFY committed from then on arrives. While disconnected it returns
+        at once; the reconnect listens on it, and the :class:`Gap` that follows tells the
+        consumer to re-read what it may have missed."""
+        check_channel(channel)
+        if channel not in self._wanted:
+            self._wanted.append(channel)
+        await self._wait_applied()
+
+    async def unlisten(self, channel: str) -> None:
+        """Stop listening on ``channel``; returns once its ``UNLISTEN`` has run (or at once
+        while disconnected). A notification already on its way may still arrive."""
+        if channel in self._wanted:
+            self._wanted.remove(channel)
+        await self._wait_applied()
+
+    async def _wait_applied(self) -> None:
+        while self.connected and self._listening != set(self._wanted):
+            if self._drain_scope is not None:
+                self._drain_scope.cancel()  # the owning task runs the (UN)LISTEN next
+            await self._applied.wait()
 
     async def wait_connected(self) -> None:
         """Return once the listener has listened at least once."""
@@ -142,7 +180,7 @@ class Listener:
             self._first_connect.set()
             if started:
                 self._counters.reconnects += 1
-                log.info("listener: reconnected to %s", ", ".join(self.channels))
+                log.info("listener: reconnected to %s", ", ".join(sorted(self._listening)))
                 self._deliver(Gap("reconnected"))
             else:
                 started = True
@@ -154,6 +192,8 @@ class Listener:
             finally:
                 self.connected = False
                 self._conn = None
+                self._listening = set()
+                self._announce_applied()  # no connection: listen() and unlisten() return
                 close_now(conn)
             failures = 1  # the next failed attempt waits the second delay
             await trio.sleep(self.reconnect_delays[0])
@@ -162,10 +202,11 @@ class Listener:
         conn = await connect(self.config, loop)
         try:
             with trio.fail_after(self.config.call_timeout):
-                for channel in self.channels:
-                    stmt = pgsql.SQL(q("listen")).format(channel=pgsql.Identifier(channel))
-                    await run_on_loop(loop, conn.execute(stmt))
+                for channel in list(self._wanted):  # wanted now, not at first
+                    await _run_on(loop, conn, "listen", channel)
+                    self._listening.add(channel)
         except BaseException as exc:
+            self._listening = set()
             close_now(conn)
             if isinstance(exc, trio.TooSlowError):
                 raise DatabaseUnavailable("LISTEN timed out") from None
@@ -177,7 +218,15 @@ class Listener:
     async def _pump(self, loop: Any, conn: Connection) -> None:
         while True:
             try:
-                received: int = await run_on_loop(loop, self._drain(conn))
+                await self._apply(loop, conn)
+                # listen() and unlisten() cancel this wait; psycopg's notifies() is then
+                # idle at a socket wait (nothing half read), and what it had read is
+                # delivered already: no notification is lost.
+                received: int | None = None
+                with trio.CancelScope() as scope:
+                    self._drain_scope = scope
+                    received = await run_on_loop(loop, self._drain(conn))
+                self._drain_scope = None
                 if received == 0:
                     self._counters.pings += 1
                     with trio.fail_after(self.ping_timeout):
@@ -188,6 +237,31 @@ class Listener:
                 ) from None
             except (psycopg.Error, OSError) as exc:
                 raise translate(exc) from exc
+            finally:
+                self._drain_scope = None
+
+    async def _apply(self, loop: Any, conn: Connection) -> None:
+        """LISTEN and UNLISTEN until the connection listens on the wanted channels."""
+        while True:
+            add = [ch for ch in self._wanted if ch not in self._listening]
+            drop = [ch for ch in self._listening if ch not in self._wanted]
+            if not (add or drop):
+                break
+            try:
+                with trio.fail_after(self.config.call_timeout):
+                    for channel in add:
+                        await _run_on(loop, conn, "listen", channel)
+                        self._listening.add(channel)
+                    for channel in drop:
+                        await _run_on(loop, conn, "unlisten", channel)
+                        self._listening.discard(channel)
+            except trio.TooSlowError:
+                raise DatabaseUnavailable("LISTEN/UNLISTEN timed out") from None
+        self._announce_applied()
+
+    def _announce_applied(self) -> None:
+        self._applied.set()
+        self._applied = trio.Event()
 
     async def _drain(self, conn: Connection) -> int:
         """asyncio side: hand over notifications for one check interval."""
@@ -211,3 +285,9 @@ class Listener:
         except trio.WouldBlock:
             self._counters.dropped += 1
             self._gap_owed = True
+
+
+async def _run_on(loop: Any, conn: Connection, name: str, channel: str) -> None:
+    """``LISTEN`` or ``UNLISTEN`` (the statement ``name``) one channel on ``conn``."""
+    stmt = pgsql.SQL(q(name)).format(channel=pgsql.Identifier(channel))
+    await run_on_loop(loop, conn.execute(stmt))

@@ -1,24 +1,38 @@
-"""A session-level advisory lock on a dedicated connection (never from the pool).
+"""Session-level advisory locks, each on a dedicated connection (never from the pool).
 
-:meth:`SessionLock.acquire` waits, inside Postgres, until the lock is granted:
-a waiting session costs nothing, and when the holder lets go (or its connection
-dies) Postgres grants the lock to exactly one waiter, the longest waiting. That
-makes it a hand-over between processes that wakes one of them, not all.
+A session advisory lock lives as long as its session: whoever holds it keeps it until
+it lets go or its connection dies, so a crashed holder hands over by itself. Two ways
+to use one, on the same :class:`DedicatedSession`:
 
-States: ``closed`` (no connection) -> ``waiting`` -> ``held`` -> ``released`` ->
-``waiting`` ... A failure (the database unreachable, the call cancelled) closes
-the connection, which also drops the lock or the wait: the next
-:meth:`acquire` connects again. Held locks die with their connection, so a
-crashed holder hands over by itself.
+* :class:`SessionLock` waits for its lock *inside Postgres* (:meth:`SessionLock.acquire`):
+  a waiting session costs nothing, and when the holder lets go Postgres grants the lock
+  to exactly one waiter, the longest waiting. A hand-over between processes that wakes
+  one of them, not all (the workers' on-call lock).
+* :func:`open_elected` *tries* a lock (a statement answering one row with a boolean
+  ``elected``, e.g. ``pg_try_advisory_lock``) every ``retry_seconds`` until it wins, then
+  leads on that session until it leaves the block (the queue sampler).
+
+Failure handling, the same for both: a statement that fails, times out or is cancelled
+closes the session, and with it every lock it held or waited for; driver errors come
+out as the project's (:func:`~dataplane.db.connection.translate`). A :class:`SessionLock`
+connects again on its next :meth:`~SessionLock.acquire`; an elected session never does
+(a new connection would not hold the lock): its block ends with the error, and the
+caller opens a new one.
+
+States of a :class:`SessionLock`: ``closed`` (no connection) -> ``waiting`` -> ``held``
+-> ``released`` -> ``waiting`` ...
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, LiteralString
 
 import psycopg
 import trio
+from psycopg.rows import DictRow
 
 from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, close_now, connect, translate
@@ -28,16 +42,74 @@ from dataplane.errors import DatabaseUnavailable
 log = logging.getLogger(__name__)
 
 
+class DedicatedSession:
+    """One connection of its own, for state that lives with the session (advisory locks)."""
+
+    def __init__(self, config: DatabaseConfig, loop: Any = None) -> None:
+        self.config = config
+        self.loop = loop  # the bridge loop; default: the one of the calling task
+        self._conn: Connection | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    async def open(self) -> None:
+        """Connect, unless connected (``DatabaseUnavailable`` when that fails)."""
+        if not self.connected:
+            self._conn = await connect(self.config, self._loop())
+
+    async def fetchall(
+        self,
+        query: LiteralString,
+        params: dict[str, Any] | None = None,
+        *,
+        wait: bool = False,
+    ) -> list[DictRow]:
+        """One statement on the session; its rows. It must answer within the config's
+        call timeout, unless ``wait`` (a lock wait: waiting is the point). Any failure or
+        cancellation closes the session; a closed session raises ``DatabaseUnavailable``."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            raise DatabaseUnavailable("the dedicated session is closed")
+        ok = False
+        try:
+            if wait:
+                rows = await run_on_loop(self._loop(), _fetchall(conn, query, params))
+            else:
+                with trio.fail_after(self.config.call_timeout):
+                    rows = await run_on_loop(self._loop(), _fetchall(conn, query, params))
+            ok = True
+            return rows
+        except trio.TooSlowError:
+            raise DatabaseUnavailable(
+                f"dedicated session: no answer within {self.config.call_timeout:g}s"
+            ) from None
+        except (psycopg.Error, OSError) as exc:
+            raise translate(exc) from exc
+        finally:
+            if not ok:
+                self.close()
+
+    def close(self) -> None:
+        """Drop the connection, and with it the session's locks and lock waits."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            close_now(conn)
+
+    def _loop(self) -> Any:
+        return self.loop if self.loop is not None else current_loop()
+
+
 class SessionLock:
     """One advisory lock, named by ``key``, held by this session or waited for."""
 
     def __init__(self, config: DatabaseConfig, key: str, *, loop: Any = None) -> None:
         self.config = config
         self.key = key
-        self.loop = loop
         self.held = False
         self.grants = 0  # times the lock was granted to this session
-        self._conn: Connection | None = None
+        self._session = DedicatedSession(config, loop)
 
     async def acquire(self) -> None:
         """Wait until the lock is ours (no timeout: waiting is the point).
@@ -47,45 +119,53 @@ class SessionLock:
         """
         if self.held:
             return
-        conn = await self._connection()
-        await self._call(conn, "session_lock")
+        await self._session.open()
+        await self._session.fetchall(q("session_lock"), {"key": self.key}, wait=True)
         self.held = True
         self.grants += 1
 
     async def release(self) -> None:
         """Let the next waiter have it (at once if one waits)."""
-        if not self.held or self._conn is None:
+        if not self.held or not self._session.connected:
             self.held = False
             return
         self.held = False
-        try:
-            with trio.fail_after(self.config.call_timeout):
-                await self._call(self._conn, "session_unlock")
-        except trio.TooSlowError:  # _call closed the connection: the lock is gone too
-            raise DatabaseUnavailable("session_unlock timed out") from None
+        # On failure the session is closed: the lock is gone too.
+        await self._session.fetchall(q("session_unlock"), {"key": self.key})
 
     def close(self) -> None:
         """Drop the connection, and with it the lock or the wait."""
         self.held = False
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            close_now(conn)
+        self._session.close()
 
-    async def _connection(self) -> Connection:
-        if self._conn is None or self._conn.closed:
-            loop = self.loop if self.loop is not None else current_loop()
-            self._conn = await connect(self.config, loop)
-        return self._conn
 
-    async def _call(self, conn: Connection, name: str) -> None:
-        """One statement; any failure or cancellation closes the connection."""
-        loop = self.loop if self.loop is not None else current_loop()
-        ok = False
-        try:
-            await run_on_loop(loop, conn.execute(q(name), {"key": self.key}))
-            ok = True
-        except (psycopg.Error, OSError) as exc:
-            raise translate(exc) from exc
-        finally:
-            if not ok:
-                self.close()
+# The session an elected process leads on (see the module docstring).
+ElectedSession = DedicatedSession
+
+
+@asynccontextmanager
+async def open_elected(
+    config: DatabaseConfig, loop: Any, lock_query: LiteralString, *, retry_seconds: float
+) -> AsyncIterator[ElectedSession]:
+    """Wait until this process is elected; the session is closed (the lock released) on
+    exit. Raises ``DatabaseError`` when the database cannot be reached."""
+    session = DedicatedSession(config, loop)
+    try:
+        await session.open()
+        while True:
+            rows = await session.fetchall(lock_query)
+            if rows and rows[0]["elected"]:
+                break
+            await trio.sleep(retry_seconds)
+        yield session
+    finally:
+        session.close()
+
+
+async def _fetchall(
+    conn: Connection, query: LiteralString, params: dict[str, Any] | None
+) -> list[DictRow]:
+    cur = await conn.execute(query, params)
+    if cur.description is None:
+        return []
+    return await cur.fetchall()

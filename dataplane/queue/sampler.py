@@ -1,7 +1,7 @@
 """The queue sampler: the queue's shape as gauges, read by one elected worker.
 
 Every worker runs a :class:`QueueSampler`; the one whose dedicated session holds the
-sampler's advisory lock (:func:`~dataplane.db.elected.open_elected`) leads, and every
+sampler's advisory lock (:func:`~dataplane.db.lock.open_elected`) leads, and every
 ``interval`` seconds reads rows by queue type and state (``ready``, ``backing_off``,
 ``running``, ``lease_lapsed``, ``poison``) and the age of each type's oldest claimable
 row since it became claimable, in one statement, and publishes them as the
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import trio
 
 from dataplane.db import Database, q
-from dataplane.db.elected import ElectedSession, open_elected
+from dataplane.db.lock import ElectedSession, open_elected
 from dataplane.errors import DatabaseError
 from dataplane.observability.metrics import (
     QUEUE_STATES,

@@ -1,11 +1,19 @@
 """On call: which worker of a queue type answers the enqueue notify (no thundering herd).
 
-Every worker of a type hears ``<type>_enqueued``. Were each to claim on it, one
+Were every worker of a type to hear ``<type>_enqueued`` and claim on it, one
 enqueue would cost one claim per idle worker, all but one finding nothing. So the
 workers of a type share one :class:`~dataplane.db.lock.SessionLock` (named after
-the type): the worker holding it is *on call* and claims when the notify comes;
-the others ignore the notify and wait for the lock inside Postgres, which hands
-it to exactly one of them.
+the type): the worker holding it is *on call*, LISTENs on the wake channel and
+claims when the notify comes; the others do not even listen on it (a notify that
+woke every idle process only to be ignored still cost each a wake-up) and wait
+for the lock inside Postgres, which hands it to exactly one of them.
+
+The hand-over loses no wake: a worker taking the call first LISTENs, then claims
+once. A job enqueued before that LISTEN took effect is committed before the claim
+starts, so the claim finds it; one enqueued after it is notified. A worker
+stepping down lets the lock go first and UNLISTENs after, so for a moment two
+workers may hear a notify (the one stepping down ignores it), never none without
+a take-over claim to follow.
 
 States of one worker: ``waiting`` (free slots, queued for the lock) -> ``on call``
 (holds it: answers notifies; claims once on taking over, work may be waiting)
@@ -15,10 +23,18 @@ is free again. A worker with
 no free slot never waits for the lock.
 
 Failure handling: while the lock's connection is down the worker is
-``degraded`` and answers every notify (a herd, not a stall); it reconnects after
-2 s, then every 5 s. A crashed holder's lock dies with its connection. Polling
-(the claimer's idle backoff) stays the safety net for rows no notify announces
-(a backoff ending, a lapsed lease).
+``degraded``: it LISTENs and answers every notify (a herd, not a stall); it
+reconnects after 2 s, then every 5 s. A crashed holder's lock dies with its
+connection, and the longest waiter takes the call (LISTEN, then claim). While the
+LISTEN connection itself is down nobody hears a notify; its reconnect listens on
+the channels wanted then and emits a Gap, on which the claimer claims.
+
+Why no job is stranded whatever happens to the notifies: every worker's claimer
+polls at its idle backoff (100 ms doubling to ``DATAPLANE_IDLE_MS``) whether or not
+it is on call or listening, so the notify and the take-over claim only make a
+claim prompt; a job nobody is told about is claimed by the next poll. Polling is
+also the safety net for rows no notify announces (a backoff ending, a lapsed lease).
+A stopping worker (:meth:`OnCall.stop`) gives the call up at once.
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from dataplane.db import Listener
 from dataplane.db.lock import SessionLock
 from dataplane.errors import DatabaseError
 
@@ -44,15 +61,25 @@ class OnCall:
         free_slots: Callable[[], int],
         wake: Callable[[], None],
         *,
+        listener: Listener | None = None,
+        channel: str = "",
         reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
     ) -> None:
+        """``listener`` listens on ``channel`` (the wake channel) exactly while this
+        worker answers notifies; without one, every notify is heard and filtered."""
         self.lock = lock
         self.free_slots = free_slots
         self.wake = wake
+        self.listener = listener
+        self.channel = channel
         self.reconnect_delays = reconnect_delays
         self.degraded = True  # until the lock's connection is up: answer every notify
         self.takeovers = 0  # times this worker went on call
         self._changed = trio.Event()
+        self._stopping = False
+        self._turn = trio.CancelScope()  # the current state's wait; stop() cancels it
+        # whether the listener listens on the channel (the worker creates it listening)
+        self._listening = True
 
     @property
     def on_call(self) -> bool:
@@ -66,29 +93,47 @@ class OnCall:
         """A claim was taken or a slot freed: maybe go on call, maybe step down."""
         self._changed.set()
 
+    def stop(self) -> None:
+        """The worker stops claiming: give up the call (the next worker takes it now,
+        not when this process exits) and stop listening."""
+        if not self._stopping:
+            self._stopping = True
+            self._turn.cancel()  # a wait for the lock, too
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         failures = 0
         try:
-            while True:
+            while not self._stopping:
                 self._changed = trio.Event()
-                try:
-                    if self.free_slots() > 0 and not self.lock.held:
-                        await self._take_over()
-                    elif self.free_slots() <= 0 and self.lock.held:
-                        await self._step_down_if_still_full()
-                    else:
-                        self.degraded = False
-                        await self._changed.wait()
-                    failures = 0
-                except DatabaseError as exc:
-                    self.degraded = True
-                    delay = self.reconnect_delays[min(failures, len(self.reconnect_delays) - 1)]
-                    failures += 1
-                    log.warning(
-                        "on-call lock: %s; answering every notify, retrying in %gs", exc, delay
-                    )
-                    await trio.sleep(delay)
+                with self._new_turn():
+                    try:
+                        if self.free_slots() > 0 and not self.lock.held:
+                            await self._take_over()
+                        elif self.free_slots() <= 0 and self.lock.held:
+                            await self._step_down_if_still_full()
+                        else:
+                            self.degraded = False
+                            await self._follow()
+                            await self._changed.wait()
+                        failures = 0
+                    except DatabaseError as exc:
+                        self.degraded = True
+                        await self._follow()  # listen: answer every notify meanwhile
+                        delay = self.reconnect_delays[min(failures, len(self.reconnect_delays) - 1)]
+                        failures += 1
+                        log.warning(
+                            "on-call lock: %s; answering every notify, retrying in %gs",
+                            exc,
+                            delay,
+                        )
+                        await trio.sleep(delay)
+            # Stopping: closing the lock's connection drops the lock (or the wait for
+            # it), so the next worker takes the call now rather than when we exit.
+            self.lock.close()
+            self.degraded = False
+            await self._follow()
+            await trio.sleep_forever()
         finally:
             self.lock.close()
 
@@ -100,10 +145,32 @@ class OnCall:
                 self._changed = trio.Event()
                 await self._changed.wait()
         if waited.cancelled_caught:
-            await self.lock.release()  # the next worker takes over
+            await self.lock.release()  # the next worker takes over (LISTEN, claim) ...
+            await self._follow()  # ... so the notifies are not ours to hear
 
     async def _take_over(self) -> None:
         self.degraded = False
+        await self._follow()  # another worker is on call: its notifies, not ours
         await self.lock.acquire()  # waits while another worker is on call
         self.takeovers += 1
-        self.wake()  # work may have come while no one was on call
+        log.debug("on call for %s", self.channel or "this queue type")
+        # LISTEN first, then claim once: a job enqueued before the LISTEN took effect
+        # is found by this claim, one enqueued after it is notified.
+        await self._follow()
+        self.wake()
+
+    def _new_turn(self) -> trio.CancelScope:
+        self._turn = trio.CancelScope()
+        return self._turn
+
+    async def _follow(self) -> None:
+        """LISTEN or UNLISTEN the wake channel so the listener hears it exactly while
+        this worker answers notifies (returns once the statement ran)."""
+        want = self.answers_notifies()
+        if self.listener is None or want == self._listening:
+            return
+        self._listening = want  # first: a cancelled wait leaves the wanted set agreeing
+        if want:
+            await self.listener.listen(self.channel)
+        else:
+            await self.listener.unlisten(self.channel)

@@ -5,12 +5,12 @@ of this package:
 
 * the :class:`~dataplane.worker.claimer.Claimer`, which claims at most the free
   slots, backs off when idle, and is woken by the enqueue notify or a freed slot;
-* the :class:`~dataplane.db.Listener` for ``<type>_enqueued`` and
-  ``dataplane_invalidate``, dispatched here (wake the claimer, drop cache tags; a
-  LISTEN gap drops the whole cache, invalidations may have been missed);
+* the :class:`~dataplane.db.Listener` for ``dataplane_invalidate`` and, while this
+  worker is on call, ``<type>_enqueued``, dispatched here (wake the claimer, drop
+  cache tags; a LISTEN gap drops the whole cache, invalidations may have been missed);
 * :class:`~dataplane.worker.oncall.OnCall`, which decides whether an enqueue
-  notify wakes this worker's claimer (one worker of the type is on call: no
-  thundering herd);
+  notify wakes this worker's claimer and LISTENs on the wake channel only then (one
+  worker of the type is on call: no thundering herd);
 * the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
 * the :class:`~dataplane.worker.completer.Completer`, committing in batches;
 * the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
@@ -68,7 +68,7 @@ class WorkerStatistics:
     claims: int
     idle_claims: int
     notify_wakes: int  # enqueue notifies that woke the claimer
-    notifies_ignored: int  # enqueue notifies heard while another worker was on call
+    notifies_ignored: int  # enqueue notifies heard while not on call (hand-over moments)
     takeovers: int  # times this worker went on call
 
 
@@ -102,10 +102,17 @@ class Worker:
         )
         self.claimer = Claimer(config, queue, self.held, self.executor.run)
         self.leases = LeaseKeeper(config, queue, self.held)
+        # It starts listening on the wake channel too (answering every notify until the
+        # on-call lock's connection is up); OnCall then keeps it there only while on call.
+        self.listener = queue.db.listener(
+            [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
+        )
         self.oncall = OnCall(
             SessionLock(queue.db.config, f"oncall:{config.queue_type}", loop=queue.db.loop),
             free_slots=lambda: self.held.free_slots(config.concurrency),
             wake=self.claimer.wake,
+            listener=self.listener,
+            channel=config.parsed_type.wake_channel,
         )
         self.notify_wakes = 0
         self.notifies_ignored = 0
@@ -114,9 +121,6 @@ class Worker:
         )
         self.sampler = QueueSampler(
             queue.db, interval=config.sample_seconds, types=[config.queue_type]
-        )
-        self.listener = queue.db.listener(
-            [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
         )
         self._stopping = False
         self._jobs_scope = trio.CancelScope()
@@ -163,6 +167,7 @@ class Worker:
         self._stopping = True
         self._jobs_scope.deadline = trio.current_time() + self.config.shutdown_grace_seconds
         self.claimer.stop()
+        self.oncall.stop()
         log.info(
             "worker %s stopping: %d job(s) in flight, grace %gs",
             self.config.worker_id,
@@ -210,5 +215,5 @@ class Worker:
                 elif self.oncall.answers_notifies():
                     self.notify_wakes += 1
                     self.claimer.wake()
-                else:  # another worker of this type is on call: it claims
+                else:  # heard just before our UNLISTEN: the worker on call claims
                     self.notifies_ignored += 1

@@ -317,6 +317,10 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 -- Subscribe the dedicated listener connection to one channel ({channel} is an Identifier).
 LISTEN {channel};
 
+-- name: unlisten
+-- Unsubscribe the dedicated listener connection from one channel ({channel} is an Identifier).
+UNLISTEN {channel};
+
 -- name: ping
 -- Liveness check of a connection.
 SELECT 1;

@@ -14,10 +14,11 @@ import pytest
 import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database, q
+from dataplane.db.lock import SessionLock
 from dataplane.errors import DatabaseError
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
-from tests.helpers import WorkerProcess, submit
+from tests.helpers import WorkerProcess, session_locks, submit
 
 
 def probe_env(queue_dsn: str, **extra: str) -> dict[str, str]:
@@ -75,6 +76,49 @@ async def _in_progress(queue: QueueClient, job_id: uuid.UUID) -> bool:
 
 async def _done(queue: QueueClient, job_id: uuid.UUID) -> bool:
     return await _status(queue, job_id) == "done"
+
+
+async def test_sigkill_of_the_worker_on_call_hands_the_call_over(
+    queue: QueueClient, db: Database, queue_dsn: str, tmp_path: Path
+) -> None:
+    # The test's session queues for the on-call lock right behind the first worker (the
+    # only one running, so the one on call), the two others behind it. When SIGKILL ends
+    # the first, the test holds the call for a moment: no worker listens on the wake
+    # channel, and a job enqueued then must be found by the next worker's take-over claim.
+    env = probe_env(queue_dsn, DATAPLANE_IDLE_MS="60000")
+    gate = SessionLock(db.config, "oncall:surface-probe", loop=db.loop)
+    workers = [WorkerProcess(env, str(tmp_path / "w0.log"))]
+    try:
+        await workers[0].wait_ready()
+        await wait_until(lambda: _call_queue(db, 0))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gate.acquire)
+            await wait_until(lambda: _call_queue(db, 1))
+            workers += [WorkerProcess(env, str(tmp_path / f"w{i}.log")) for i in (1, 2)]
+            for w in workers[1:]:
+                await w.wait_ready()
+            await wait_until(lambda: _call_queue(db, 3))
+
+            workers[0].signal(signal.SIGKILL)
+            assert workers[0].wait(10) == -signal.SIGKILL
+        assert gate.held  # Postgres let the dead worker's lock go, to the longest waiter
+        gap = await submit(queue, "probe", "echo", {"value": "in the gap"})
+        await gate.release()  # the next in line takes the call: LISTEN, then claim
+        await wait_until(lambda: _done(queue, gap.job_id), within=10)
+        await wait_until(lambda: _call_queue(db, 1))  # one on call, one waiting
+        after = await submit(queue, "probe", "echo", {"value": "after"})
+        await wait_until(lambda: _done(queue, after.job_id), within=10)
+        rows = [await queue.get(gap.job_id), await queue.get(after.job_id)]
+        assert all(r is not None and r.dequeue_count == 1 for r in rows)
+    finally:
+        gate.close()
+        for w in workers:
+            w.stop()
+
+
+async def _call_queue(db: Database, waiting: int) -> bool:
+    """One session holds the on-call lock and ``waiting`` wait for it."""
+    return await session_locks(db) == (1, waiting)
 
 
 async def test_sigterm_finishes_in_flight_work_and_exits_zero(

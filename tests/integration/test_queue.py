@@ -403,6 +403,55 @@ async def test_listener_reconnects_after_its_connection_is_killed(
         nursery.cancel_scope.cancel()
 
 
+async def test_listener_listens_and_unlistens_while_it_runs_and_after_a_reconnect(
+    db: Database, queue: QueueClient
+) -> None:
+    wake, other = wake_channel(T), "dataplane_test_other"
+    # A 60 s wait for notifications: listen() and unlisten() must interrupt it.
+    listener = db.listener([other], reconnect_delays=(0.1, 0.2), check_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(5):
+            await listener.listen(wake)
+        assert listener.statistics().listening == (other, wake)
+        await queue.enqueue(T, "heard", {})
+        with trio.fail_after(5):
+            assert await listener.events.receive() == Notification(wake, "")
+
+        with trio.fail_after(5):
+            await listener.unlisten(wake)
+        assert listener.statistics().listening == (other,)
+        # Commit order is delivery order: were the wake channel still listened, its
+        # notification would come before the marker.
+        await queue.enqueue(T, "not-heard", {})
+        await queue.notify(other, "marker")
+        with trio.fail_after(5):
+            assert await listener.events.receive() == Notification(other, "marker")
+
+        # A reconnect listens on what is wanted now: not the wake channel.
+        pid = listener.backend_pid()
+        assert pid is not None
+        await db.fetchone("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+        with trio.fail_after(10):
+            assert isinstance(await listener.events.receive(), Gap)
+        assert listener.statistics().listening == (other,)
+        await queue.enqueue(T, "not-heard-either", {})
+        await queue.notify(other, "marker-2")
+        with trio.fail_after(5):
+            assert await listener.events.receive() == Notification(other, "marker-2")
+        # ... and one wanted while the connection is lost is listened on by the reconnect.
+        pid = listener.backend_pid()
+        await db.fetchone("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+        with trio.fail_after(10):
+            await listener.listen(wake)  # returns at once if the loss is already known
+            assert isinstance(await listener.events.receive(), Gap)
+        assert listener.statistics().listening == (other, wake)
+        await queue.enqueue(T, "heard-again", {})
+        with trio.fail_after(5):
+            assert await listener.events.receive() == Notification(wake, "")
+        nursery.cancel_scope.cancel()
+
+
 async def test_done_channel_matches_the_sql_function(db: Database) -> None:
     for t in ("surface-probe", "surface-probe-dev", "surface-learner_views"):
         row = await db.fetchone("SELECT maestro_done_channel(%(t)s) AS c", {"t": t})

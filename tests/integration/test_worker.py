@@ -13,7 +13,8 @@ import trio
 import trio.testing
 
 from dataplane.db import Database, Notification
-from dataplane.queue import QueueClient, done_channel
+from dataplane.db.lock import SessionLock
+from dataplane.queue import QueueClient, done_channel, wake_channel
 from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import (
     STAFF_ONLY,
@@ -25,7 +26,7 @@ from dataplane.surfaces.manifest import (
 from dataplane.worker import JobReport, Worker, WorkerConfig
 from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
-from tests.helpers import NORTH, STAFF, envelope, submit
+from tests.helpers import NORTH, STAFF, envelope, session_locks, submit
 
 
 class Reports:
@@ -97,41 +98,109 @@ async def test_enqueue_notify_wakes_an_idle_worker_at_once(queue: QueueClient) -
         assert worker.statistics().claims > claims_before
 
 
-async def test_one_enqueue_wakes_one_of_four_idle_workers(queue: QueueClient) -> None:
-    # No polling (60 s): only an enqueue notify, or going on call, makes a claim.
+NO_POLLS = {"idle_ms": 60_000, "poll_start_ms": 60_000}  # only a notify or a take-over claims
+WAKE = wake_channel("surface-probe")
+
+
+def _hears_wake(worker: Worker) -> bool:
+    return WAKE in worker.listener.statistics().listening
+
+
+async def test_of_four_idle_workers_only_the_one_on_call_hears_enqueues(
+    queue: QueueClient,
+) -> None:
     async with AsyncExitStack() as stack:
         workers = [
-            (
-                await stack.enter_async_context(
-                    running_worker(queue, worker_id=f"w{i}", idle_ms=60_000, poll_start_ms=60_000)
-                )
-            )[0]
+            (await stack.enter_async_context(running_worker(queue, worker_id=f"w{i}", **NO_POLLS)))[
+                0
+            ]
             for i in range(4)
         ]
         for w in workers:
             await w.claimer.wait_idle_claims(1)
         await wait_until(lambda: sum(w.statistics().takeovers for w in workers) == 1)
-        warm_up = await submit(queue, "probe", "echo", {"value": 0})  # settles every claimer
-        await wait_done(queue, warm_up.job_id)
+        (on_call,) = [w for w in workers if w.oncall.on_call]
+        # Settled: the three waiting for the call have UNLISTENed, the one on call LISTENs.
+        await wait_until(lambda: all(_hears_wake(w) == (w is on_call) for w in workers))
+        received = {w: w.listener.statistics().received for w in workers}
+        claims = {w: w.statistics().claims for w in workers}
 
-        def total(field: str) -> int:
-            return sum(getattr(w.statistics(), field) for w in workers)
+        for i in range(5):
+            enq = await submit(queue, "probe", "echo", {"value": i})
+            assert (await wait_done(queue, enq.job_id)).status == "done"
+        await wait_until(lambda: on_call.listener.statistics().received == received[on_call] + 5)
 
-        before = {f: total(f) for f in ("claims", "notify_wakes", "notifies_ignored")}
-        enq = await submit(queue, "probe", "echo", {"value": 1})
-        assert (await wait_done(queue, enq.job_id)).status == "done"
-        with trio.move_on_after(0.5):  # any other wake-up the notify caused lands by then
-            await wait_until(lambda: total("notify_wakes") > before["notify_wakes"] + 1)
-        # One claimer woke and claimed; three heard the notify and let the one on call
-        # answer it. (Claims are not counted exactly: a LISTEN reconnect on a loaded host
-        # wakes a claimer on purpose.)
-        assert total("notify_wakes") == before["notify_wakes"] + 1
-        assert total("notifies_ignored") == before["notifies_ignored"] + 3
-        assert total("claims") >= before["claims"] + 1
+        # The five notifies reached one process; the other three heard nothing at all.
+        heard = {
+            w.config.worker_id: w.listener.statistics().received - received[w] for w in workers
+        }
+        assert heard == {w.config.worker_id: 5 if w is on_call else 0 for w in workers}
+        assert on_call.statistics().claimed == 5
+        assert all(w.statistics().claims == claims[w] for w in workers if w is not on_call)
+        assert all(w.statistics().notifies_ignored == 0 for w in workers)
+
+
+async def test_the_call_passes_on_and_a_job_enqueued_in_the_gap_is_claimed(
+    queue: QueueClient, db: Database
+) -> None:
+    # The test's own session queues for the on-call lock right behind the first worker,
+    # so when that worker stops, the test holds the call: nobody listens and nobody
+    # claims (no polls). A job enqueued then can only be found by the take-over claim of
+    # the next worker when the test lets go.
+    gate = SessionLock(db.config, "oncall:surface-probe", loop=db.loop)
+    got_gate, stop_first, first_stopped = trio.Event(), trio.Event(), trio.Event()
+
+    async def queue_for_the_call() -> None:
+        await gate.acquire()
+        got_gate.set()
+
+    async def run_first(*, task_status: trio.TaskStatus[Worker]) -> None:
+        async with running_worker(queue, worker_id="first", **NO_POLLS) as (worker, _):
+            task_status.started(worker)
+            await stop_first.wait()
+        first_stopped.set()
+
+    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
+        stack.callback(gate.close)
+        first = await nursery.start(run_first)
+        await wait_until(lambda: first.oncall.on_call and _hears_wake(first))
+        nursery.start_soon(queue_for_the_call)
+        await wait_until(lambda: _waiting_for_the_call(db, 1))
+        rest = [
+            (await stack.enter_async_context(running_worker(queue, worker_id=w, **NO_POLLS)))[0]
+            for w in ("second", "third")
+        ]
+        await wait_until(lambda: _waiting_for_the_call(db, 3))
+        await wait_until(lambda: not any(_hears_wake(w) for w in rest))
+
+        stop_first.set()  # the worker on call stops (idle)
+        with trio.fail_after(10):
+            await first_stopped.wait()
+            await got_gate.wait()
+        gap = await submit(queue, "probe", "echo", {"value": "in the gap"})
+        assert not any(_hears_wake(w) for w in rest)  # nobody to notify
+        await gate.release()  # the next in line takes the call: LISTEN, then claim
+
+        with trio.fail_after(5):  # no poll for 60 s: only the take-over claim finds it
+            assert (await wait_done(queue, gap.job_id)).status == "done"
+        (on_call,) = [w for w in rest if w.oncall.on_call]
+        (other,) = [w for w in rest if w is not on_call]
+        assert _hears_wake(on_call) and not _hears_wake(other)
+        heard = other.listener.statistics().received
+        after = await submit(queue, "probe", "echo", {"value": "after"})
+        with trio.fail_after(5):  # the notify, heard by the new worker on call
+            assert (await wait_done(queue, after.job_id)).status == "done"
+        assert on_call.statistics().claimed == 2 and other.statistics().claimed == 0
+        assert other.listener.statistics().received == heard
+
+
+async def _waiting_for_the_call(db: Database, sessions: int) -> bool:
+    held, waiting = await session_locks(db)
+    return held == 1 and waiting == sessions
 
 
 async def test_a_full_worker_lets_another_answer_the_notify(queue: QueueClient) -> None:
-    no_polls = {"idle_ms": 60_000, "poll_start_ms": 60_000, "concurrency": 1}
+    no_polls = {**NO_POLLS, "concurrency": 1}
     async with (
         running_worker(queue, worker_id="w1", **no_polls) as (w1, _),
         running_worker(queue, worker_id="w2", **no_polls) as (w2, _),
