@@ -223,7 +223,7 @@ def render(runs: list[dict[str, Any]]) -> str:
             "worker",
         ),
         (
-            "tracing overhead at p50 (OTLP endpoint vs none, requests interleaved)",
+            "tracing overhead at p50 (OTLP traces + metrics vs none)",
             "≤ 10 %",
             _fmt(t.get("tracing_overhead_p50_pct"), " %"),
             _check(t.get("tracing_overhead_p50_pct"), lambda v: v <= 10),
