@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataplane.db import Database
+from dataplane.dev.embedded import free_port
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import EnqueueResult, QueueClient
 
@@ -233,3 +234,14 @@ class BffProcess:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._log.close()
+
+
+def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProcess:
+    """A real ``hypercorn -k trio telemetry.capcom:app`` on a free port, taking ``token``."""
+    return BffProcess(
+        {**env, "CAPCOM_TOKEN": token},
+        log_path,
+        port=free_port(),
+        args=("-k", "trio"),
+        app="telemetry.capcom:app",
+    )

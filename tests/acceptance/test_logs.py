@@ -17,7 +17,7 @@ import trio
 
 from dataplane.dev.embedded import free_port
 from tests.conftest import wait_until
-from tests.helpers import BffProcess, WorkerProcess, bearer, read_sse, token
+from tests.helpers import BffProcess, WorkerProcess, bearer, capcom_process, read_sse, token
 from tests.otlp import Received, attrs, otlp
 
 __all__ = ["otlp"]  # the fixture, imported to be found
@@ -61,13 +61,7 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     endpoint, received = otlp
     base_env, started = json_stack
     env = {**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-    capcom = BffProcess(
-        {**base_env, "CAPCOM_TOKEN": CAPCOM_TOKEN},
-        str(tmp_path / "capcom.log"),
-        port=free_port(),
-        args=("-k", "trio"),
-        app="telemetry.capcom:app",
-    )
+    capcom = capcom_process(base_env, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
     started.append(capcom)
     bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
     started.append(bff)

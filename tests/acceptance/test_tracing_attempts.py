@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
 from tests.conftest import wait_until
-from tests.helpers import BffProcess, WorkerProcess, bearer, read_sse, token
+from tests.helpers import BffProcess, WorkerProcess, bearer, capcom_process, read_sse, token
 from tests.otlp import Received, attrs, otlp
 
 __all__ = ["otlp"]  # the fixture, imported to be found
@@ -61,13 +61,7 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
         **worker: str,
     ) -> Stack:
         env = {**bff_env, **OTEL, **QUEUE, **(every or {}), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-        capcom = BffProcess(
-            {**env, "CAPCOM_TOKEN": CAPCOM_TOKEN},
-            str(tmp_path / "capcom.log"),
-            port=free_port(),
-            args=("-k", "trio"),
-            app="telemetry.capcom:app",
-        )
+        capcom = capcom_process(env, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
         started.append(capcom)
         bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
         started.append(bff)
