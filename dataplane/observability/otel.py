@@ -65,6 +65,10 @@ class Telemetry:
     def shutdown(self) -> None:
         """Flush and stop exporters (idempotent)."""
         providers, self._providers = self._providers, []
+        if self.tracing and providers:
+            from dataplane.observability import spans
+
+            spans.uninstall()  # spans after this are the SDK's, which drops them too
         for provider in providers:
             try:
                 if hasattr(provider, "force_flush"):
@@ -99,13 +103,18 @@ def setup_telemetry(
 
         if grpc:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
-                OTLPSpanExporter,
+        else:  # the SDK's OTLP/HTTP exporter with a cheaper encoder
+            from dataplane.observability.otlp import (  # type: ignore[assignment]
+                SpanExporter as OTLPSpanExporter,
             )
+        from dataplane.observability import spans
+        from dataplane.observability.tracing import TRACER_NAME
+
         tracer_provider = TracerProvider(resource=resource)
-        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        processor = BatchSpanProcessor(OTLPSpanExporter())
+        tracer_provider.add_span_processor(processor)
         trace.set_tracer_provider(tracer_provider)
+        spans.install(tracer_provider, processor, TRACER_NAME)
         telemetry.tracing = True
         telemetry._providers.append(tracer_provider)
 

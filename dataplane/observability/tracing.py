@@ -43,16 +43,24 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from dataplane.observability import spans
+
+TRACER_NAME = "dataplane"
 _PROPAGATOR = TraceContextTextMapPropagator()
 MESSAGING_SYSTEM = "postgresql"
 DB_SYSTEM = "postgresql"
 MAX_QUERY_TEXT = 2000  # characters of db.query.text kept
 
 
-@cache
 def tracer() -> Tracer:
-    """The data plane's tracer (a proxy until a provider is set; it follows it then)."""
-    return trace.get_tracer("dataplane")
+    """The data plane's tracer: the lean one :func:`~dataplane.observability.otel.setup_telemetry`
+    installs, else the API's (a proxy until a provider is set; it follows it then)."""
+    return spans.installed() or _api_tracer()
+
+
+@cache
+def _api_tracer() -> Tracer:
+    return trace.get_tracer(TRACER_NAME)
 
 
 def tracing_on() -> bool:
