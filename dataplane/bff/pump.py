@@ -31,7 +31,7 @@ from dataplane.bff.config import SWEEP_SECONDS
 from dataplane.db import Gap, Listener, Notification
 from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
 from dataplane.errors import DatabaseError
-from dataplane.observability.metrics import instruments
+from dataplane.observability.metrics import track_waiters
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow, QueueClient, done_channel
 
@@ -101,6 +101,8 @@ class ReplyPump:
             reconnect_delays=reconnect_delays,
         )
         self._waiters: dict[uuid.UUID, set[Waiter]] = {}
+        self.waiting = 0  # waiters added and not yet discarded (dataplane.waiters)
+        track_waiters(self)
         self._sweep_now = trio.Event()
         self._counters = _Counters()
 
@@ -120,7 +122,7 @@ class ReplyPump:
         """A new waiter on ``job_id``; :meth:`discard` it when it is no longer wanted."""
         waiter = Waiter(job_id)
         self._waiters.setdefault(job_id, set()).add(waiter)
-        instruments().waiters.add(1)
+        self.waiting += 1
         return waiter
 
     def discard(self, waiter: Waiter) -> None:
@@ -128,7 +130,7 @@ class ReplyPump:
         if waiter.discarded:
             return
         waiter.discarded = True
-        instruments().waiters.add(-1)
+        self.waiting -= 1
         waiters = self._waiters.get(waiter.job_id)
         if waiters is not None:
             waiters.discard(waiter)

@@ -31,7 +31,7 @@ from functools import cache
 from typing import Any, Literal, Protocol
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observation, UpDownCounter
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observation
 
 METER = "dataplane"
 # Seconds, fine enough for the sub-millisecond and single-digit-millisecond figures we
@@ -167,8 +167,11 @@ class Instruments:
             "{stream}",
             "Streams ended by the stream deadline with event: error TIMEOUT (BFF)",
         )
-        self.waiters: UpDownCounter = meter.create_up_down_counter(
-            "dataplane.waiters", unit="{stream}", description="Streams waiting for an answer (BFF)"
+        meter.create_observable_up_down_counter(  # read when collected: free per request
+            "dataplane.waiters",
+            callbacks=[_observe_waiters],
+            unit="{stream}",
+            description="Streams waiting for an answer (BFF)",
         )
         # -- telemetry receiver -------------------------------------------------------
         self.capcom_received = counter(
@@ -278,7 +281,6 @@ def initialise(
             m.coalesced.add(0, {**q, "dataplane.layer": "transport"})
             m.cancelled.add(0, q)
             m.stream_timeouts.add(0, q)
-        m.waiters.add(0)
     else:
         m.capcom_received.add(0)
 
@@ -292,6 +294,10 @@ class _Connected(Protocol):
     connected: bool
 
 
+class _Waiting(Protocol):
+    waiting: int
+
+
 class _Pool(Protocol):
     def statistics(self) -> Any: ...  # .in_use, .idle, .waiting
 
@@ -299,6 +305,7 @@ class _Pool(Protocol):
 # id -> (weak reference, name): the tracked objects need not be hashable (dataclasses)
 _listeners: dict[int, tuple[weakref.ref[Any], str]] = {}
 _pools: dict[int, tuple[weakref.ref[Any], str]] = {}
+_pumps: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
 def _track(registry: dict[int, tuple[weakref.ref[Any], str]], obj: object, name: str) -> None:
@@ -327,6 +334,16 @@ def track_listener(listener: _Connected, name: str) -> None:
 def track_pool(pool: _Pool, name: str) -> None:
     """Report ``pool.statistics()`` (``in_use``, ``idle``, ``waiting``) while it lives."""
     _track(_pools, pool, name)
+
+
+def track_waiters(pump: _Waiting) -> None:
+    """Report ``pump.waiting`` (summed over live pumps) as ``dataplane.waiters``."""
+    _track(_pumps, pump, "pump")
+
+
+def _observe_waiters(_: CallbackOptions) -> Iterable[Observation]:
+    pumps = _live(_pumps)
+    return [Observation(sum(p.waiting for p, _ in pumps))] if pumps else []
 
 
 def _observe_listeners(_: CallbackOptions) -> Iterable[Observation]:

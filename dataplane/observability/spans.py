@@ -26,15 +26,15 @@ processor has none).
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from time import time_ns
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
@@ -48,6 +48,8 @@ from opentelemetry.trace import (
 from opentelemetry.util import types
 
 _UNSET = Status(StatusCode.UNSET)
+_DEFAULT_SAMPLER = ParentBased(ALWAYS_ON).get_description()  # type: ignore[no-untyped-call]
+_NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
@@ -58,6 +60,8 @@ class LeanTracer(trace.Tracer):
 
     def __init__(self, provider: TracerProvider, processor: SpanProcessor, name: str) -> None:
         self._sampler = provider.sampler
+        # The default sampler's decision is the parent's: taken here without a call.
+        self._parent_decides = self._sampler.get_description() == _DEFAULT_SAMPLER
         self._ids = provider.id_generator
         self._resource = provider.resource
         self._processor = processor
@@ -74,36 +78,46 @@ class LeanTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
+        """A span (the caller's ``attributes`` mapping is kept, copied only if the span
+        writes to it: pass one that is not changed afterwards)."""
         parent: SpanContext | None = trace.get_current_span(context).get_span_context()
         if parent is not None and not parent.is_valid:
             parent = None
         trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
-        decision = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+        extra: types.Attributes = None
+        if self._parent_decides:
+            sampled = parent is None or parent.trace_flags.sampled
+            recording = sampled
+            state = parent.trace_state if parent is not None else None
+        else:
+            decision = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
+            sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+            recording = decision.decision is not Decision.DROP
+            state = decision.trace_state
+            extra = decision.attributes
         span_context = SpanContext(
             trace_id,
             self._ids.generate_span_id(),
             is_remote=False,
             trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
-            trace_state=decision.trace_state,
+            trace_state=state,
         )
-        if decision.decision is Decision.DROP:
+        if not recording:
             return NonRecordingSpan(span_context)
-        attrs = {k: v for k, v in attributes.items() if v is not None} if attributes else {}
-        if decision.attributes:
-            attrs.update(decision.attributes)
-        return LeanSpan(
+        span = LeanSpan(
             self,
             name,
             span_context,
             parent,
             kind,
-            attrs,
+            attributes or _NO_ATTRIBUTES,
             list(links) if links else [],
             start_time if start_time is not None else time_ns(),
         )
+        if extra:
+            span.set_attributes(extra)
+        return span
 
-    @contextmanager
     def start_as_current_span(  # type: ignore[override]  # the API's: its own wrapper type
         self,
         name: str,
@@ -115,15 +129,11 @@ class LeanTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
-    ) -> Iterator[trace.Span]:
+    ) -> _Current:
+        """The span, current inside the ``with`` block (as ``trace.use_span``: an
+        ``Exception`` leaving it is recorded and sets ERROR; the span ends on exit)."""
         span = self.start_span(name, context, kind, attributes, links, start_time)
-        with trace.use_span(
-            span,
-            end_on_exit=end_on_exit,
-            record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
-        ):
-            yield span
+        return _Current(span, end_on_exit, record_exception, set_status_on_exception)
 
     def finished(self, span: LeanSpan) -> None:
         self._processor.on_end(
@@ -155,6 +165,7 @@ class LeanSpan(trace.Span):
         "kind",
         "links",
         "name",
+        "own_attributes",
         "parent",
         "start_time",
         "status",
@@ -168,7 +179,7 @@ class LeanSpan(trace.Span):
         context: SpanContext,
         parent: SpanContext | None,
         kind: SpanKind,
-        attributes: dict[str, Any],
+        attributes: Mapping[str, Any],
         links: list[Link],
         start_time: int,
     ) -> None:
@@ -177,7 +188,8 @@ class LeanSpan(trace.Span):
         self.context = context
         self.parent = parent
         self.kind = kind
-        self.attributes = attributes
+        self.attributes = attributes  # the caller's until the span writes one
+        self.own_attributes = False
         self.links = links
         self.events: list[Event] = []
         self.status = _UNSET
@@ -191,14 +203,15 @@ class LeanSpan(trace.Span):
         return self.end_time is None
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
-        if self.end_time is None:
-            for key, value in attributes.items():
-                if value is not None:
-                    self.attributes[key] = value
+        for key, value in attributes.items():
+            self.set_attribute(key, value)
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if self.end_time is None and value is not None:
-            self.attributes[key] = value
+            if not self.own_attributes:
+                self.attributes = dict(self.attributes)
+                self.own_attributes = True
+            self.attributes[key] = value  # type: ignore[index]
 
     def add_event(
         self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
@@ -248,6 +261,43 @@ class LeanSpan(trace.Span):
             return
         self.end_time = end_time if end_time is not None else time_ns()
         self.tracer.finished(self)
+
+
+class _Current:
+    """``trace.use_span`` as a class: one object, no generator frames."""
+
+    __slots__ = ("end_on_exit", "record_exception", "set_status", "span", "token")
+
+    def __init__(
+        self, span: trace.Span, end_on_exit: bool, record_exception: bool, set_status: bool
+    ) -> None:
+        self.span = span
+        self.end_on_exit = end_on_exit
+        self.record_exception = record_exception
+        self.set_status = set_status
+        self.token: object = None
+
+    def __enter__(self) -> trace.Span:
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            # Only an Exception (not Cancelled, KeyboardInterrupt...), as use_span.
+            if isinstance(exc, Exception) and self.span.is_recording():
+                if self.record_exception:
+                    self.span.record_exception(exc)
+                if self.set_status:
+                    self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        finally:
+            otel_context.detach(self.token)  # type: ignore[arg-type]
+            if self.end_on_exit:
+                self.span.end()
 
 
 _installed: LeanTracer | None = None

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -92,6 +92,11 @@ def context_from(traceparent: str | None) -> otel_context.Context | None:
     """A context whose parent is ``traceparent`` (None when absent or invalid)."""
     if not traceparent:
         return None
+    return _context_from(traceparent)
+
+
+@lru_cache(maxsize=1024)  # a job's traceparent is parsed for each of its spans: once
+def _context_from(traceparent: str) -> otel_context.Context | None:
     ctx = _PROPAGATOR.extract({"traceparent": traceparent})
     span_context = trace.get_current_span(ctx).get_span_context()
     return ctx if span_context.is_valid else None

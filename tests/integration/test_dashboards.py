@@ -395,6 +395,11 @@ class _Pool:
         return type("Stats", (), {"in_use": 1, "idle": 2, "waiting": 0})()
 
 
+@dataclass
+class _Pump:
+    waiting: int = 3
+
+
 @pytest.fixture
 def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
     """What the OpenTelemetry Prometheus exporter produces for every instrument of
@@ -410,7 +415,7 @@ def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
 
     reader = PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    listener, pool = _Listener(), _Pool()
+    listener, pool, pump = _Listener(), _Pool(), _Pump()
     try:
         monkeypatch.setattr(otel_metrics, "get_meter", provider.get_meter)
         instruments = metrics.Instruments()
@@ -436,6 +441,7 @@ def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
                 instrument.add(1)
         metrics.track_listener(listener, "test")
         metrics.track_pool(pool, "test")
+        metrics.track_waiters(pump)
         metrics.publish_queue_sample(
             {("surface-probe", "ready"): 1}, {"surface-probe": 0.5}, valid_for=60
         )
@@ -503,6 +509,11 @@ def test_the_exporter_names_are_the_documented_ones(exporter_names: set[str]) ->
     readme = README.read_text()
     for name in HISTOGRAMS + COUNTERS + GAUGES:
         assert f"`{name}" in readme, name
+
+
+def test_waiters_are_read_from_the_pump_when_collected(exporter_text: str) -> None:
+    (line,) = [x for x in exporter_text.splitlines() if x.startswith("dataplane_waiters")]
+    assert float(line.split()[-1]) == _Pump.waiting
 
 
 def test_every_duration_is_in_seconds(exporter_text: str) -> None:

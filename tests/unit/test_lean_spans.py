@@ -145,3 +145,21 @@ def test_tracer_is_the_installed_lean_one_until_it_is_uninstalled() -> None:
     finally:
         spans.uninstall()
     assert not isinstance(tracing.tracer(), spans.LeanTracer)
+
+
+def test_with_the_default_sampler_the_parent_decides() -> None:
+    provider, processor, exporter = pipeline()  # ParentBased(ALWAYS_ON)
+    tracer = spans.LeanTracer(provider, processor, "dataplane")
+    unsampled = SpanContext(1, 2, is_remote=True, trace_flags=TraceFlags(0))
+    dropped = tracer.start_span(
+        "dropped", context=trace.set_span_in_context(NonRecordingSpan(unsampled))
+    )
+    assert not dropped.is_recording()
+    assert not dropped.get_span_context().trace_flags.sampled
+    with tracer.start_as_current_span("root") as root:
+        assert root.get_span_context().trace_flags.sampled
+        tracer.start_span("child").end()
+    dropped.end()
+    assert [s.name for s in exporter.get_finished_spans()] == ["child", "root"]
+    (child, _) = exporter.get_finished_spans()
+    assert child.parent is not None and child.parent.span_id == root.get_span_context().span_id
