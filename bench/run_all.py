@@ -43,6 +43,7 @@ def benchmarks(soak_minutes: float, quick: bool) -> list[tuple[str, list[str]]]:
         ("prefer_wait", q),
         ("coalesce", []),
         ("tracing", q),
+        ("span_cost", ["--rounds", "1000"] if quick else []),
         ("scaling", q),
         ("soak", ["--minutes", str(1 if quick else soak_minutes)]),
     ]
@@ -93,11 +94,23 @@ def _busy(result: dict[str, Any], phase: str) -> str:
     return f" (host busy: others used {others:.0f} % CPU)" if others and others > 20 else ""
 
 
+def _span_cost(sc: dict[str, Any]) -> str:
+    if not sc:
+        return "—"
+    c, e = sc["create_and_end_us"], sc["encode_us_per_span"]
+    return (
+        f"{_fmt(c['lean']['recorded_us'])} / {_fmt(c['lean']['live_us'])} µs "
+        f"({_fmt(c['sdk']['recorded_us'])} / {_fmt(c['sdk']['live_us'])}); encode "
+        f"{_fmt(e['lean spans']['plane_encoder_us'])} µs ({_fmt(e['sdk spans']['sdk_encoder_us'])})"
+    )
+
+
 def render(runs: list[dict[str, Any]]) -> str:
     r = {
         name: load(name)
         for name in ("queue", "worker", "e2e", "coalesce", "tracing", "scaling", "soak")
     }
+    sc = load("span_cost")
     pw = load("prefer_wait")
     if pw:
         r["prefer_wait"] = pw
@@ -228,6 +241,20 @@ def render(runs: list[dict[str, Any]]) -> str:
             _fmt(t.get("tracing_overhead_p50_pct"), " %"),
             _check(t.get("tracing_overhead_p50_pct"), lambda v: v <= 10),
             "tracing",
+        ),
+        (
+            "tracing overhead at p50, interleaved (both stacks up, requests alternating)",
+            "≤ 10 %",
+            _fmt(t.get("interleaved_overhead_p50_pct"), " %"),
+            _check(t.get("interleaved_overhead_p50_pct"), lambda v: v <= 10),
+            "tracing",
+        ),
+        (
+            "one span, create + end (recorded / live) and OTLP encode: plane (SDK)",
+            "",
+            _span_cost(sc),
+            "—",
+            "span_cost",
         ),
     ]
     lines = [

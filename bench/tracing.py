@@ -6,7 +6,7 @@ Run from the repository root::
     MAESTRO_QUEUES_URL=... python bench/tracing.py   # scratch db dataplane_tracing_<pid> there
     python bench/tracing.py --quick    # smoke run (~30 s)
 
-On ONE Postgres server, rounds alternate between two variants (a, b, a, b, ...):
+On ONE Postgres server, rounds alternate between two variants (a b, b a, a b, b a):
 
 * **a** -- no ``OTEL_*`` variable at all: the BFF and the worker run with the
   OpenTelemetry API's no-op providers (the default deployment without a collector);
@@ -532,7 +532,7 @@ async def bench(
                 warm[phase].pop("latencies_s")
             print(f"  warm-up round (b, discarded): {warm['load']['e2e_rps']:,.0f} e2e/s")
         for index in range(ctx.plan.pairs):
-            for variant in ("a", "b"):
+            for variant in pair_order(index):
                 r = await run_round(ctx, ctx.plan, variant, f"{variant}{index}", run)
                 rounds.append(r)
                 print(
@@ -550,6 +550,12 @@ async def bench(
             flush=True,
         )
     return rounds, warm, side
+
+
+def pair_order(index: int) -> tuple[str, str]:
+    """a b, b a, a b, ...: a drift of the host's speed across the run falls on both
+    variants alike instead of always on the one that runs second."""
+    return ("a", "b") if index % 2 == 0 else ("b", "a")
 
 
 def _pct(new: float, old: float) -> float:
@@ -594,7 +600,7 @@ def pool(rounds: Sequence[Mapping[str, Any]], variant: str) -> dict[str, Any]:
 
 
 def paired(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """b against the a run just before it, pair by pair (each pair shares the host's mood)."""
+    """b against the a run next to it, pair by pair (each pair shares the host's mood)."""
     a_rounds = [r for r in rounds if r["variant"] == "a"]
     b_rounds = [r for r in rounds if r["variant"] == "b"]
     p50, rps = [], []
@@ -675,7 +681,7 @@ def report(
             "embedded_settings_passed": ctx.server.extra_settings,
             "plan": asdict(plan),
             "order": ("warm-up (b, short, discarded) " if plan.warmup_round else "")
-            + " ".join(f"a{i} b{i}" for i in range(plan.pairs)),
+            + " ".join(" ".join(f"{v}{i}" for v in pair_order(i)) for i in range(plan.pairs)),
             "variant_a": "no OTEL_* variable in the BFF's or the worker's environment",
             "variant_b": "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:<receiver> for both "
             "(protocol http/protobuf; BatchSpanProcessor and OTLP metric export interval "
