@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,6 +70,7 @@ class WorkerProcess:
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stop() can end Hypercorn's worker too
         )
 
     def output(self) -> str:
@@ -203,6 +205,7 @@ class BffProcess:
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stop() can end Hypercorn's worker too
         )
 
     def output(self) -> str:
@@ -225,14 +228,23 @@ class BffProcess:
                         pass
                     await trio.sleep(0.1)
 
+    def kill(self) -> None:
+        """SIGKILL the serving process and Hypercorn's parent at once (a crash)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+                pass
+        # Hypercorn's CLI serves from a spawned worker process: a parent killed (or one
+        # that did not stop it) leaves that worker serving on. End the whole group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
         self._log.close()
 
 

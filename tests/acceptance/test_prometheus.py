@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -179,26 +178,6 @@ async def prometheus(tmp_path: Path, targets: Mapping[str, list[str]]) -> AsyncI
         log.close()
 
 
-class ServerProcess:
-    """A Hypercorn child process serving ``app`` (capcom here)."""
-
-    def __init__(self, app: str, env: Mapping[str, str], log_path: Path, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self._log = open(log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"127.0.0.1:{port}", app],
-            env={**os.environ, **env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._log.close()
-
-
 async def scrape_and_check(http: httpx.AsyncClient, urls: Mapping[str, str]) -> dict[str, str]:
     """Fetch every process's ``/metrics`` and lint it with promtool."""
     texts = {}
@@ -271,11 +250,12 @@ async def test_every_dashboard_query_and_alert_rule_has_data(
 
     bff_port, capcom_port = free_port(), free_port()
     worker_ports = [free_port(), free_port()]
-    capcom = ServerProcess(
-        "telemetry.capcom:app",
+    capcom = BffProcess(  # stopped with SIGTERM: Hypercorn's parent stops its worker
         {"CAPCOM_TOKEN": capcom_token, "CAPCOM_DB_URL": queue_dsn, "DATAPLANE_METRICS": "1"},
-        tmp_path / "capcom.log",
-        capcom_port,
+        str(tmp_path / "capcom.log"),
+        port=capcom_port,
+        args=("-k", "trio"),
+        app="telemetry.capcom:app",
     )
     bff = BffProcess(
         {

@@ -40,7 +40,7 @@ async def test_two_bffs_two_workers_one_of_each_killed(queue_dsn: str, tmp_path:
             nursery.start_soon(load)
             await trio.sleep(2)  # wall-clock: kill mid-load, after 2 s of real load
             workers[0].signal(signal.SIGKILL)
-            bffs[0].proc.send_signal(signal.SIGKILL)
+            bffs[0].kill()  # Hypercorn's parent and the worker process serving
         rows = _rows(queue_dsn)
         check_promises(outcomes, rows)
         assert workers[0].proc.poll() is not None and bffs[0].proc.poll() is not None
