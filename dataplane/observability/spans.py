@@ -300,6 +300,45 @@ class _Current:
                 self.span.end()
 
 
+class _Same:
+    """The current span stays current: nothing to attach."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> trace.Span:
+        return self.span
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class NoTracer(trace.NoOpTracer):
+    """The API's no-op tracer (spans that record nothing but carry the parent's
+    context) with a current-span context manager that costs no generator frames, and
+    nothing at all when the span it would make current already is."""
+
+    def start_as_current_span(  # type: ignore[override]  # the API's: its own wrapper type
+        self,
+        name: str,
+        context: otel_context.Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> _Current | _Same:
+        span = self.start_span(name, context)
+        if context is None and span is trace.get_current_span():
+            return _Same(span)
+        return _Current(span, end_on_exit, False, False)
+
+
+NO_TRACER = NoTracer()
 _installed: LeanTracer | None = None
 
 

@@ -54,8 +54,12 @@ MAX_QUERY_TEXT = 2000  # characters of db.query.text kept
 
 def tracer() -> Tracer:
     """The data plane's tracer: the lean one :func:`~dataplane.observability.otel.setup_telemetry`
-    installs, else the API's (a proxy until a provider is set; it follows it then)."""
-    return spans.installed() or _api_tracer()
+    installs; else, with a provider someone else set, the API's; else a no-op one
+    that carries context as the API's does, cheaper."""
+    lean = spans.installed()
+    if lean is not None:
+        return lean
+    return _api_tracer() if tracing_on() else spans.NO_TRACER
 
 
 @cache

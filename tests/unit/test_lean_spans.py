@@ -163,3 +163,28 @@ def test_with_the_default_sampler_the_parent_decides() -> None:
     assert [s.name for s in exporter.get_finished_spans()] == ["child", "root"]
     (child, _) = exporter.get_finished_spans()
     assert child.parent is not None and child.parent.span_id == root.get_span_context().span_id
+
+
+def test_with_tracing_off_spans_carry_context_as_the_apis_no_op_tracer_does() -> None:
+    assert not tracing.tracing_on()  # unit tests install no global provider
+    assert tracing.tracer() is spans.NO_TRACER
+    api = trace.NoOpTracer()
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))
+    parent = trace.set_span_in_context(NonRecordingSpan(remote))
+    seen: dict[str, list[SpanContext]] = {}
+    for name, tracer in (("api", api), ("ours", spans.NO_TRACER)):
+        got = seen.setdefault(name, [])
+        with tracer.start_as_current_span("outside") as outside:
+            got.append(outside.get_span_context())
+            got.append(trace.get_current_span().get_span_context())
+        with tracer.start_as_current_span("child", context=parent) as child:
+            got.append(child.get_span_context())
+            got.append(trace.get_current_span().get_span_context())
+            with tracer.start_as_current_span("grandchild") as grandchild:
+                got.append(grandchild.get_span_context())
+            assert not child.is_recording()
+        got.append(trace.get_current_span().get_span_context())
+        with pytest.raises(ValueError), tracer.start_as_current_span("fails", context=parent):
+            raise ValueError("passes through")
+    assert seen["ours"] == seen["api"]
+    assert seen["ours"][2] == remote and seen["ours"][4] == remote
