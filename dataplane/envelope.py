@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from dataplane.errors import InvalidArgument
@@ -39,7 +40,12 @@ def _sha256(text: str) -> str:
 
 
 def scope_key(branches: Sequence[str], staff: bool) -> str:
-    return _sha256(canonical_json(sorted(set(branches))) + "|" + ("1" if staff else "0"))
+    return _scope_key(tuple(sorted(set(branches))), staff)
+
+
+@lru_cache(maxsize=4096)  # every envelope's auth works it out; callers repeat
+def _scope_key(branches: tuple[str, ...], staff: bool) -> str:
+    return _sha256(canonical_json(list(branches)) + "|" + ("1" if staff else "0"))
 
 
 def dedupe_key(
