@@ -13,7 +13,10 @@ zero-timeout poll, as psycopg does for writing; an answer already there also
 skips the loop's reader task), otherwise one reader/writer callback resolves one
 future. Nothing else changes:
 
-* a wait *with* a timeout (``notifies(timeout=...)``, the listener's) is psycopg's own;
+* a wait *with* a timeout (``notifies(timeout=...)``, the listener's) is psycopg's own,
+  but its polling interval is the timeout: psycopg's 0.1 s interval exists to let a
+  blocked thread see Ctrl-C, which under Trio arrives as a cancellation anyway, and it
+  woke an idle listening process ten times a second (``bench/worker.py`` idle CPU);
 * deadlines stay the caller's Trio cancel scopes (``Database.run``'s call timeout);
 * a cancelled wait (the asyncio task cancelled from Trio) asks the server to cancel
   a running statement, as psycopg does, then closes the connection: its state is
@@ -48,8 +51,8 @@ class LeanConnection(psycopg.AsyncConnection[Row]):
         interval: float = 0.1,
         timeout: float | None = None,  # noqa: ASYNC109 (psycopg's signature, overridden)
     ) -> Any:
-        if timeout is not None:
-            return await super().wait(gen, interval, timeout)
+        if timeout is not None:  # one wake-up at the deadline, not one per 0.1 s
+            return await super().wait(gen, max(interval, timeout), timeout)
         try:
             return await wait_socket(gen, self.pgconn.socket)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):

@@ -3,9 +3,13 @@ cancelled statement behave as with psycopg's own wait."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
+import psycopg
 import pytest
+import trio
 
 from dataplane.db import Database
 from dataplane.db.waiting import LeanConnection
@@ -38,3 +42,52 @@ async def test_a_timed_out_statement_is_cancelled_on_the_server(db: Database) ->
         return not rows
 
     await wait_until(gone, within=5)  # psycopg's cancel request reached the server
+
+
+async def test_a_timed_wait_wakes_at_its_deadline_not_every_tenth_of_a_second(
+    db: Database,
+) -> None:
+    """The listener's ``notifies(timeout=...)``: psycopg polls every 0.1 s, which woke an
+    idle listening process ten times a second; a LeanConnection's timed wait polls at the
+    deadline only, and a notification still ends it at once."""
+    from psycopg.generators import notifies
+
+    def counting(conn: LeanConnection, sends: list[int]) -> Any:
+        gen = notifies(conn.pgconn)
+        value = next(gen)
+        try:
+            while True:
+                ready = yield value
+                sends.append(ready)
+                value = gen.send(ready)
+        except StopIteration as done:
+            return done.value
+
+    listening: list[bool] = []  # set on the asyncio side, polled from Trio
+
+    async def wait(conn: LeanConnection, within: float) -> tuple[list[int], float]:
+        await conn.execute("LISTEN lean_timed_wait")
+        listening.append(True)
+        sends: list[int] = []
+        started = time.monotonic()
+        got = None
+        with contextlib.suppress(psycopg.errors._WaitTimeout):
+            got = await conn.wait(counting(conn, sends), timeout=within)
+        await conn.execute("UNLISTEN lean_timed_wait")
+        return sends if got is None else [*sends, -len(got)], time.monotonic() - started
+
+    sends, took = await db.run(wait, 0.8)
+    assert 0.7 <= took < 3
+    assert len(sends) <= 2, f"{len(sends)} wake-ups in {took:.2f} s: polling every 0.1 s"
+    listening.clear()
+    async with trio.open_nursery() as nursery:
+        got: list[tuple[list[int], float]] = []
+
+        async def waiter() -> None:
+            got.append(await db.run(wait, 5.0))
+
+        nursery.start_soon(waiter)
+        await wait_until(lambda: listening)
+        await db.execute("NOTIFY lean_timed_wait, 'hi'")
+    ((sends, took),) = got
+    assert took < 2 and sends[-1] == -1, (sends, took)  # the notification ended it at once
