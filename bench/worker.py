@@ -810,6 +810,7 @@ class Submitter:
                 "dedupe_key": env.dedupe_key,
                 "payload": to_json(env.to_json()),
                 "max_dequeues": MAX_DEQUEUES,
+                "client": auth.client,
             },
         ).fetchone()
         if row is None or row[2]:
