@@ -42,7 +42,9 @@ async def test_postgres_restart_under_load(own_server: EmbeddedPostgres, tmp_pat
         outcomes: list = []
 
         async def load() -> None:
-            outcomes.extend(await drive([bff.base], 150, concurrency=12))
+            # ~4.5 s of requests (12 at a time, 50-300 ms each): the load must still run
+            # when the server stops at 2 s, also on a fast host (150 were done by then).
+            outcomes.extend(await drive([bff.base], 300, concurrency=12))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load)
