@@ -94,6 +94,30 @@ def _busy(result: dict[str, Any], phase: str) -> str:
     return f" (host busy: others used {others:.0f} % CPU)" if others and others > 20 else ""
 
 
+# Figures a change moved, before and after with the same command and host
+# (details in the results file named; the rows above are the latest run only).
+BEFORE_AFTER = [
+    "## Before / after (same command and host)",
+    "",
+    "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour.",
+    "",
+    "| figure | before | after | command; details |",
+    "|---|---|---|---|",
+    "| tracing overhead at p50, traces + metrics: rounds / interleaved | 16.6 / 8.1 % | "
+    "9.3 / 3.1 % | `bench/tracing.py`; `results/tracing-profile.md` |",
+    "| tracing overhead at p50, traces only: rounds / interleaved | 7.1 / 9.6 % | "
+    "-2.0 / 2.7 % | `bench/tracing.py --signals traces` |",
+    "| one span, create + end (recorded / live); OTLP encode | 70 / 58 µs; 59 µs | "
+    "9.6 / 15 µs; 11.5 µs | `bench/span_cost.py` (SDK vs plane, one run) |",
+    "| idle worker CPU | 1.27 / 1.40 % | 0.20 / 0.20 % | "
+    "`bench/worker.py --only idle`; `results/worker-drain.md` |",
+    "| drain at default settings, median of 3 (µs CPU/job) | 1,494 jobs/s (536) | "
+    "1,717 jobs/s (455) | `bench/worker.py --only drain --concurrency default` |",
+    "| BFF CPU per e2e at 32 clients, median of 3 | 10.13 ms | 8.40 ms | "
+    "`bench/bff_cpu.py`; `results/bff-cpu.md` |",
+]
+
+
 def _span_cost(sc: dict[str, Any]) -> str:
     if not sc:
         return "—"
@@ -344,6 +368,7 @@ def render(runs: list[dict[str, Any]]) -> str:
             ),
             "",
         ]
+    lines += [*BEFORE_AFTER, ""]
     lines += [
         "## Runs",
         "",
