@@ -46,7 +46,7 @@ def parse_queries(text: str, *, source: str = "<string>") -> dict[str, LiteralSt
         body_lines = [
             line for line in text[match.end() : end].splitlines() if not line.startswith("--")
         ]
-        body = "\n".join(body_lines).strip().rstrip(";").strip()
+        body = _compact("\n".join(body_lines).strip().rstrip(";").strip())
         name = match.group(1)
         if not body:
             raise ValueError(f"{source}: query {name!r} is empty")
@@ -54,6 +54,22 @@ def parse_queries(text: str, *, source: str = "<string>") -> dict[str, LiteralSt
             raise ValueError(f"{source}: query {name!r} defined twice")
         queries[name] = body  # our own files: literal SQL, never built from input
     return queries
+
+
+def _compact(body: str) -> LiteralString:
+    """``body`` with each line's indentation dropped, when no literal spans lines.
+
+    psycopg caches the parsing of a statement's placeholders only up to
+    ``MAX_CACHED_STATEMENT_LENGTH`` (4,096) characters; a longer one is parsed
+    again, with regular expressions, at every execution. Indentation is most of
+    the excess of our longest statements (``job_claim``). A statement with a
+    dollar-quoted body, or a line with an odd number of quotes (a string literal
+    running across lines), is left as written: its whitespace may be data.
+    """
+    lines = body.splitlines()
+    if "$" in body or any(line.count("'") % 2 for line in lines):
+        return body
+    return "\n".join(line.strip() for line in lines)
 
 
 @cache

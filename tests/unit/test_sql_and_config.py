@@ -116,3 +116,22 @@ def test_settings_come_from_the_environment() -> None:
 def test_settings_name_the_bad_variable(cls: type, env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         from_env(cls, env)
+
+
+def test_parse_queries_drops_indentation_unless_a_literal_spans_lines() -> None:
+    text = "-- name: a\nSELECT x\n    FROM t\n    WHERE y = 'a  b';\n"
+    assert parse_queries(text)["a"] == "SELECT x\nFROM t\nWHERE y = 'a  b'"
+    multi = "-- name: a\nSELECT 'one\n    two' AS v;\n"
+    assert parse_queries(multi)["a"] == "SELECT 'one\n    two' AS v"
+    dollar = "-- name: a\nDO $$\n    BEGIN NULL; END\n$$;\n"
+    assert parse_queries(dollar)["a"] == "DO $$\n    BEGIN NULL; END\n$$"
+
+
+def test_hot_statements_fit_psycopgs_parse_cache() -> None:
+    """A statement longer than psycopg's cache limit is parsed again at every run."""
+    from psycopg import _queries
+
+    limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", 4096)
+    hot = {n: len(b) for n, b in queries().items() if n.startswith(("job_", "lease_"))}
+    assert "job_claim" in hot
+    assert {n: size for n, size in hot.items() if size > limit} == {}
