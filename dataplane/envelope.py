@@ -23,12 +23,16 @@ from dataplane.errors import InvalidArgument
 ENVELOPE_VERSION = 1  # the shape of the payload, not an operation's version
 
 
+# json.dumps with options builds an encoder per call; one built once encodes the same.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no insignificant whitespace, UTF-8 (not ASCII-escaped)."""
     try:
-        text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _CANONICAL.encode(value)
         text.encode("utf-8")  # unpaired surrogates cannot be UTF-8
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidArgument(f"not canonical-JSON-serialisable: {exc}") from None
@@ -160,7 +164,7 @@ class Envelope:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Envelope:
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):  # dict: the ABC check is slow
             raise InvalidArgument("envelope must be a JSON object")
         try:
             surface, operation = data["surface"], data["operation"]
@@ -174,7 +178,7 @@ class Envelope:
             raise InvalidArgument("envelope version must be an integer")
         if not isinstance(params, dict):
             raise InvalidArgument("envelope params must be an object")
-        if not isinstance(auth, Mapping):
+        if type(auth) is not dict and not isinstance(auth, Mapping):
             raise InvalidArgument("envelope auth must be an object")
         traceparent = data.get("traceparent")
         tier = data.get("tier", "")

@@ -87,6 +87,7 @@ QUEUE_STATES = ("ready", "backing_off", "running", "lease_lapsed", "poison")
 class Instruments:
     def __init__(self) -> None:
         meter = metrics.get_meter(METER)
+        self._meter = meter
 
         def histogram(name: str, description: str) -> Histogram:
             return meter.create_histogram(
@@ -212,6 +213,15 @@ class Instruments:
             unit="{request}",
             description="Callers waiting for a free pooled connection",
         )
+
+
+def metrics_on() -> bool:
+    """Whether the instruments record anywhere: without a meter provider the API's
+    proxy meter drops every value, so recording is skipped before its attributes are
+    even built. A proxy meter records once a provider is set, from then on."""
+    meter = instruments()._meter
+    real = getattr(meter, "_real_meter", meter)  # a proxy's delegate (private: else "on")
+    return real is not None and not isinstance(real, metrics.NoOpMeter)
 
 
 @cache

@@ -20,11 +20,13 @@ from opentelemetry.context import Context
 
 from dataplane.errors import InvalidArgument
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def to_json(value: Any, *, what: str = "value") -> str:
     """Canonical compact JSON for a jsonb column; a clear error when impossible."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _COMPACT.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"{what} is not JSON-serialisable: {exc}") from None
     if "\\u0000" in text:

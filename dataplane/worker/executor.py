@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import trio
@@ -45,6 +46,7 @@ from dataplane.observability.metrics import (
     QUEUE_TYPE,
     REASON,
     instruments,
+    metrics_on,
     process_attributes,
 )
 from dataplane.observability.report import CacheStatus, JobReport, Outcome
@@ -206,8 +208,14 @@ class JobExecutor:
         )
 
     async def _traced(self, running: Running, span: Span) -> JobResult:
-        """Run one job inside its ``process`` span; record its metrics."""
+        """Run one job inside its ``process`` span; record its metrics.
+
+        Tracing off (the invalid span): no span is made current, none is started
+        for the handler or the completion, nothing would record them.
+        """
         job = running.job
+        if span is trace.INVALID_SPAN:
+            return await self._execute(running, span)
         with trace.use_span(span, end_on_exit=True):
             try:
                 result = await self._execute(running, span)
@@ -228,6 +236,8 @@ class JobExecutor:
 
     def _record(self, job: ClaimedJob, result: JobResult, seconds: float) -> None:
         """One attempt's metrics, whatever its outcome (released and lost included)."""
+        if not metrics_on():
+            return
         m = instruments()
         queue = {QUEUE_TYPE: job.type}
         labels = {**queue, OPERATION: result.operation}
@@ -332,8 +342,9 @@ class JobExecutor:
         timeout = op.timeout_seconds
         if self.config.max_handler_seconds is not None:
             timeout = min(timeout, self.config.max_handler_seconds)
+        traced = span is not trace.INVALID_SPAN
         value, coalesced, leader = await self.single_flight.run_with_meta(
-            key, lambda: _call_handler(op, ctx, timeout), span.get_span_context()
+            key, lambda: _call_handler(op, ctx, timeout, traced), span.get_span_context()
         )
         if coalesced:
             self.counters.coalesced += 1
@@ -385,6 +396,14 @@ class JobExecutor:
         """
         self.held.hand_off(running)
         job = running.job
+        if not trace.get_current_span().is_recording():  # no span: none to make current
+            try:
+                await self.completer.complete(completion)
+            except LeaseLost:
+                running.finished = True  # the fence refused it
+                raise
+            running.finished = True
+            return
         try:
             with tracer().start_as_current_span(
                 f"complete {job.type}",
@@ -470,20 +489,33 @@ class HandlerTimeout(Exception):
     """The handler ran past its operation's ``timeout_seconds`` (the attempt fails)."""
 
 
-async def _call_handler(op: Operation, ctx: OperationContext, limit: float) -> Any:
+async def _call_handler(op: Operation, ctx: OperationContext, limit: float, traced: bool) -> Any:
+    if not traced:
+        return await _timed_handler(op, ctx, limit)
     with tracer().start_as_current_span(
         f"{op.name} handler", attributes={"dataplane.operation": op.name}
     ):
-        with trio.move_on_after(limit) as scope:
-            return await op.handler(ctx)
-        assert scope.cancelled_caught
-        raise HandlerTimeout(f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled")
+        return await _timed_handler(op, ctx, limit)
+
+
+async def _timed_handler(op: Operation, ctx: OperationContext, limit: float) -> Any:
+    with trio.move_on_after(limit) as scope:
+        return await op.handler(ctx)
+    assert scope.cancelled_caught
+    raise HandlerTimeout(f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled")
 
 
 def _merge_json(rest: Mapping[str, Any], data_json: str) -> str:
     """``{"data": <data_json>, **rest}`` without parsing ``data_json`` again."""
-    tail = to_json(dict(rest))[1:-1]
+    tail = _json_tail(tuple(rest.items()))
     return '{"data":' + data_json + ("," + tail if tail else "") + "}"
+
+
+@lru_cache(maxsize=64)
+def _json_tail(items: tuple[tuple[str, Any], ...]) -> str:
+    """The members of ``dict(items)`` as JSON, without the braces (a handful of
+    combinations: the cache status and whether it was coalesced)."""
+    return to_json(dict(items))[1:-1]
 
 
 def _report(
