@@ -99,7 +99,8 @@ def _busy(result: dict[str, Any], phase: str) -> str:
 BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
-    "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour.",
+    "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
+    " (evening rows: 18:55-19:25).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -115,6 +116,12 @@ BEFORE_AFTER = [
     "1,717 jobs/s (455) | `bench/worker.py --only drain --concurrency default` |",
     "| BFF CPU per e2e at 32 clients, median of 3 | 10.13 ms | 8.40 ms | "
     "`bench/bff_cpu.py`; `results/bff-cpu.md` |",
+    "| worker pipeline alone, µs CPU per job (evening) | 186 / 172 | 125 / 119 | "
+    "`bench/job_cost.py` (two runs each); `results/worker-drain.md` |",
+    "| drain at default settings, median of 6 (µs CPU/job) (evening) | 1,616 jobs/s (487) | "
+    "1,919 jobs/s (398) | `bench/worker.py --only drain --concurrency default` |",
+    "| herd: extra claims per enqueue, 4 idle workers vs 1 | 5.69 (xact_commit: wrong) | "
+    "0.00 (server statement log) | `bench/worker.py --only herd`; same code, new count |",
 ]
 
 
@@ -127,6 +134,16 @@ def _span_cost(sc: dict[str, Any]) -> str:
         f"({_fmt(c['sdk']['recorded_us'])} / {_fmt(c['sdk']['live_us'])}); encode "
         f"{_fmt(e['lean spans']['plane_encoder_us'])} µs ({_fmt(e['sdk spans']['sdk_encoder_us'])})"
     )
+
+
+def _newest_herd(full: dict[str, Any], herd_only: dict[str, Any]) -> dict[str, Any]:
+    """The herd phase of the newer of a full ``bench/worker.py`` run and an
+    ``--only herd`` one (``worker-herd.json``)."""
+    runs = [r for r in (full, herd_only) if r.get("herd")]
+    if not runs:
+        return {}
+    herd: dict[str, Any] = max(runs, key=lambda r: str(r.get("date", "")))["herd"]
+    return herd
 
 
 def render(runs: list[dict[str, Any]]) -> str:
@@ -148,6 +165,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         r["soak"],
     )
     hello = e.get("hello_rps") or s.get("hello_rps")
+    herd = _newest_herd(w, load("worker-herd"))
     machine = next((d["machine"] for d in r.values() if d.get("machine")), {})
     rows: list[tuple[str, str, str, str, str]] = [
         (
@@ -251,6 +269,26 @@ def render(runs: list[dict[str, Any]]) -> str:
                 lambda v: v[0] >= 5000 and v[1] <= 400 and v[2] <= 5,
             ),
             "e2e",
+        ),
+        (
+            "no thundering herd: extra claim statements per enqueue, 4 idle workers vs 1;"
+            " their extra CPU",
+            "0 (or < 5 % CPU)",
+            (
+                f"{_fmt(herd.get('extra_claims_per_enqueue'))} "
+                f"({herd['one_worker'].get('claims_counted_from', 'xact_commit')}); "
+                f"CPU {_fmt(herd.get('extra_cpu_percent'), ' %')}; the 3 others' wake-ups "
+                f"{_fmt(herd.get('herd_wakeups_per_enqueue'))} per enqueue"
+                if herd
+                else "—"
+            ),
+            _check(
+                (herd.get("extra_claims_per_enqueue"), herd.get("extra_cpu_percent"))
+                if herd
+                else None,
+                lambda v: v[0] <= 0.05 or v[1] < 5,
+            ),
+            "worker",
         ),
         (
             "idle worker CPU",
