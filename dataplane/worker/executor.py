@@ -109,6 +109,7 @@ class JobExecutor:
         cache: TtlCache,
         reporter: Reporter | None,
         on_finished: Callable[[], None],
+        on_retry: Callable[[float], None] | None = None,
     ) -> None:
         self.config = config
         self.surface = surface
@@ -119,6 +120,7 @@ class JobExecutor:
         self.cache = cache
         self.reporter = reporter
         self.on_finished = on_finished
+        self.on_retry = on_retry  # a failed job is claimable again in so many seconds
         self.tier = config.parsed_type.suffix  # its own: the envelope's is not trusted
         self.single_flight: SingleFlight[Any] = SingleFlight()
         self.counters = ExecutorCounters()
@@ -473,6 +475,8 @@ class JobExecutor:
             self.counters.poisoned += 1
             return Outcome.POISON
         self.counters.failed += 1
+        if self.on_retry is not None:
+            self.on_retry(self.config.queue.fail_backoff_seconds)
         return Outcome.FAILED
 
 

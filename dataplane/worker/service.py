@@ -4,7 +4,8 @@ One :class:`Worker` per process, owning one nursery of services, each a module
 of this package:
 
 * the :class:`~dataplane.worker.claimer.Claimer`, which claims at most the free
-  slots, backs off when idle, and is woken by the enqueue notify or a freed slot;
+  slots, backs off when idle, and is woken by the enqueue notify, a freed slot or
+  a retry this worker scheduled (a failed job's backoff);
 * the :class:`~dataplane.db.Listener` for ``dataplane_invalidate`` and, while this
   worker is on call, ``<type>_enqueued``, dispatched here (wake the claimer, drop
   cache tags; a LISTEN gap drops the whole cache, invalidations may have been missed);
@@ -100,7 +101,10 @@ class Worker:
             reporter=reporter,
             on_finished=self._slot_freed,
         )
-        self.claimer = Claimer(config, queue, self.held, self.executor.run)
+        self.claimer = Claimer(
+            config, queue, self.held, self.executor.run, hears_enqueues=self._hears_enqueues
+        )
+        self.executor.on_retry = self.claimer.retry_due
         self.leases = LeaseKeeper(config, queue, self.held)
         # It starts listening on the wake channel too (answering every notify until the
         # on-call lock's connection is up); OnCall then keeps it there only while on call.
@@ -195,6 +199,11 @@ class Worker:
             notifies_ignored=self.notifies_ignored,
             takeovers=self.oncall.takeovers,
         )
+
+    def _hears_enqueues(self) -> bool:
+        """Whether the enqueue notify reaches this worker now: on call (or degraded,
+        answering every notify) with its LISTEN connection up."""
+        return self.oncall.answers_notifies() and self.listener.connected
 
     def _slot_freed(self) -> None:
         self.claimer.slot_freed()

@@ -416,3 +416,32 @@ async def test_shutdown_releases_what_outlives_the_grace(queue: QueueClient) -> 
     assert r_quick is not None and r_quick.status == "done"
     assert r_slow is not None and r_slow.status == "pending" and r_slow.dequeue_count == 0
     assert sorted(r.outcome for r in reports.items) == ["done", "released"]
+
+
+async def test_at_idle_an_enqueue_costs_the_worker_on_call_one_claim(queue: QueueClient) -> None:
+    """The poll backoff does not restart on work while the worker hears the enqueue
+    notify: the next job is announced, so a poll 100 ms after each job (a second claim
+    per enqueue) would find nothing."""
+    async with running_worker(queue, poll_start_ms=100, idle_ms=5_000) as (worker, _):
+        await wait_until(lambda: worker.oncall.on_call and worker.listener.connected)
+        await worker.claimer.wait_idle_claims(4)  # backed off: 100, 200, 400, 800 ms ...
+        for i in range(3):
+            before = worker.statistics().claims
+            enq = await submit(queue, "probe", "echo", {"value": f"one-claim-{i}"})
+            assert (await wait_done(queue, enq.job_id)).status == "done"
+            await trio.sleep(0.5)  # past where the 100 ms poll after work would have run
+            assert worker.statistics().claims - before == 1
+
+
+async def test_a_failed_job_is_claimed_when_its_backoff_ends_not_at_the_next_poll(
+    queue: QueueClient,
+) -> None:
+    """No notify announces a retry: the worker that failed the job schedules a claim
+    for when its backoff ends (here with a 60 s poll, so nothing else could claim it)."""
+    async with running_worker(queue, fail_backoff_seconds=0.4, **NO_POLLS) as (worker, _):
+        await worker.claimer.wait_idle_claims(1)
+        enq = await submit(queue, "probe", "fail", {"times": 1})
+        with trio.fail_after(5):  # 60 s without the scheduled claim
+            row = await wait_done(queue, enq.job_id)
+        assert row.status == "done" and row.dequeue_count == 2
+        assert worker.statistics().failed == 1
