@@ -122,6 +122,9 @@ BEFORE_AFTER = [
     "1,919 jobs/s (398) | `bench/worker.py --only drain --concurrency default` |",
     "| herd: extra claims per enqueue, 4 idle workers vs 1 | 5.69 (xact_commit: wrong) | "
     "0.00 (server statement log) | `bench/worker.py --only herd`; same code, new count |",
+    "| one idle worker: claims / worker CPU per enqueue (two runs each) | 1.97, 1.92 / "
+    "7.30, 6.03 ms | 0.90, 0.90 / 4.87, 4.83 ms | `bench/worker.py --only herd`; "
+    "`results/worker-drain.md` |",
 ]
 
 

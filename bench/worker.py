@@ -708,7 +708,7 @@ def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[
         "jobs": busy["jobs"],
         "transactions_per_enqueue": round(statements, 2),
         "claims_counted_from": counted,
-        "claims_per_enqueue": round(claims, 2),  # the follow-up poll 100 ms after work included
+        "claims_per_enqueue": round(claims, 2),  # any follow-up poll after work included
         "other_worker_statements_per_enqueue": round(other, 2),  # the completion's among them
         "worker_cpu_us_per_enqueue": round(
             1e6 * (busy["worker_cpu_s"] - quiet["worker_cpu_s"] * scale) / jobs, 1
@@ -727,9 +727,10 @@ def _herd_run(server: Server, workers: Workers, plan: Plan, count: int) -> dict[
 def phase_herd(server: Server, workers: Workers, plan: Plan) -> dict[str, Any]:
     """One idle worker, then ``herd_workers``, jobs enqueued one at a time (``herd_every_s``).
 
-    Claims per enqueue count every claim statement the enqueue brought about, the
-    follow-up poll 100 ms after work included (the poll backoff restarts on work), so
-    the herd is the difference: the claims (and CPU) the other idle workers added.
+    Claims per enqueue count every claim statement the enqueue brought about, a
+    follow-up poll after work included (the backoff restarts at 100 ms on work while a
+    worker does not hear the enqueue notify), so the herd is the difference: the claims
+    (and CPU) the other idle workers added.
     """
     one = _herd_run(server, workers, plan, 1)
     many = _herd_run(server, workers, plan, plan.herd_workers)
