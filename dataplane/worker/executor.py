@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -383,7 +383,8 @@ class JobExecutor:
         else:
             text = to_json(value, what="handler result")
             if len(text.encode()) <= self.config.inline_max_bytes:
-                return Completion(job, JsonText(_merge_json(meta, text)))
+                tail = _meta_json(cache.value, bool(coalesced))
+                return Completion(job, JsonText('{"data":' + text + "," + tail + "}"))
             blob = Blob("application/json", text.encode())
         ref: dict[str, Any] = {"contentType": blob.content_type, "size": len(blob.data)}
         if filename:
@@ -509,17 +510,12 @@ async def _timed_handler(op: Operation, ctx: OperationContext, limit: float) -> 
     raise HandlerTimeout(f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled")
 
 
-def _merge_json(rest: Mapping[str, Any], data_json: str) -> str:
-    """``{"data": <data_json>, **rest}`` without parsing ``data_json`` again."""
-    tail = _json_tail(tuple(rest.items()))
-    return '{"data":' + data_json + ("," + tail if tail else "") + "}"
-
-
-@lru_cache(maxsize=64)
-def _json_tail(items: tuple[tuple[str, Any], ...]) -> str:
-    """The members of ``dict(items)`` as JSON, without the braces (a handful of
-    combinations: the cache status and whether it was coalesced)."""
-    return to_json(dict(items))[1:-1]
+@lru_cache(maxsize=16)
+def _meta_json(cache: str, coalesced: bool) -> str:
+    """An inline result's members after ``data``, as JSON without the braces (six
+    combinations): the result is ``{"data": <its JSON>, <these>}``, its JSON not parsed
+    again."""
+    return to_json({"cache": cache, "coalesced": coalesced})[1:-1]
 
 
 def _report(
