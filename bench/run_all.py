@@ -168,7 +168,8 @@ def render(runs: list[dict[str, Any]]) -> str:
         r["soak"],
     )
     hello = e.get("hello_rps") or s.get("hello_rps")
-    herd = _newest_herd(w, load("worker-herd"))
+    herd_run = load("worker-herd")
+    herd = _newest_herd(w, herd_run)
     machine = next((d["machine"] for d in r.values() if d.get("machine")), {})
     rows: list[tuple[str, str, str, str, str]] = [
         (
@@ -331,7 +332,8 @@ def render(runs: list[dict[str, Any]]) -> str:
         "machines are shared 2-core VMs, so figures move between runs.",
         "",
         "- Dates: "
-        + ", ".join(f"{name} {d['date'][:16]}" for name, d in r.items() if d.get("date")),
+        + ", ".join(f"{name} {d['date'][:16]}" for name, d in r.items() if d.get("date"))
+        + (f", worker-herd {herd_run['date'][:16]}" if herd_run.get("date") else ""),
         f"- Machine: {machine.get('nproc', '?')} cores, {machine.get('cpu_model', '?')}, "
         f"{machine.get('memory', '?')}, Python {machine.get('python', '?')}, "
         f"PostgreSQL {machine.get('postgres', '?')}",
