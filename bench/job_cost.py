@@ -115,7 +115,7 @@ def run(jobs: int, rounds: int, profile: bool) -> dict[str, Any]:
         prof = cProfile.Profile()
         trio.run(_round, jobs, prof)
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=out).strip_dirs().sort_stats("tottime").print_stats(25)
         calls = pstats.Stats(prof).total_calls  # type: ignore[attr-defined]
         result["python_calls_per_job"] = round(calls / jobs, 1)
         result["profile_top25"] = out.getvalue()

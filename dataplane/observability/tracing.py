@@ -69,15 +69,9 @@ def _api_tracer() -> Tracer:
 
 def tracing_on() -> bool:
     """Whether a real tracer provider is installed (not the API's no-op)."""
-    provider = trace.get_tracer_provider()
-    if provider is _provider_seen[0]:  # per job: the answer of the last provider asked about
-        return bool(_provider_seen[1])
-    on = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
-    _provider_seen[:] = [provider, on]
-    return on
-
-
-_provider_seen: list[Any] = [None, False]
+    return not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )
 
 
 def in_trace() -> bool:

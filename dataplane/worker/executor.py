@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -399,20 +400,17 @@ class JobExecutor:
         """
         self.held.hand_off(running)
         job = running.job
-        if not trace.get_current_span().is_recording():  # no span: none to make current
-            try:
-                await self.completer.complete(completion)
-            except LeaseLost:
-                running.finished = True  # the fence refused it
-                raise
-            running.finished = True
-            return
-        try:
-            with tracer().start_as_current_span(
+        settle: AbstractContextManager[Span] = (
+            tracer().start_as_current_span(
                 f"complete {job.type}",
                 kind=SpanKind.CLIENT,
                 attributes=messaging("settle", job.type, str(job.id), operation_name="complete"),
-            ) as span:
+            )
+            if trace.get_current_span().is_recording()
+            else nullcontext(trace.INVALID_SPAN)  # tracing off: no span to start or make current
+        )
+        try:
+            with settle as span:
                 if span.is_recording():  # its statement is traced under this span
                     completion = dataclasses.replace(completion, trace=context_of(span))
                 try:
