@@ -125,6 +125,9 @@ BEFORE_AFTER = [
     "| one idle worker: claims / worker CPU per enqueue (two runs each) | 1.97, 1.92 / "
     "7.30, 6.03 ms | 0.90, 0.90 / 4.87, 4.83 ms | `bench/worker.py --only herd`; "
     "`results/worker-drain.md` |",
+    "| one round trip, `Prefer: wait`, idle, p50 / p99 | 51.85 / 111 ms (09:21, others used 162 % "
+    "CPU); 13.0 / 18.1 ms (17:59, quiet, code before this evening) | 14.61 / 20.95 ms (19:12, "
+    "quiet) | `bench/prefer_wait.py`; the host's speed drifts ~10 % between these |",
 ]
 
 
