@@ -5,9 +5,10 @@ for the answer. The POST then waits on the reply pump exactly as a stream does:
 
 * the pump waiter is added **before** the (at most one) row read, so a job that
   finishes in between is not missed (the done-before-LISTEN race); then the waiter
-  alone wakes the request: no polling. The read is skipped when the pump has heard no notify
-  (and no LISTEN gap) since before the enqueue: then the job's finish cannot have
-  gone by unheard, and at idle the answer costs no DB read beyond the pump's own;
+  alone wakes the request: no polling. The read is skipped when none of the notifies
+  the pump heard since before the enqueue was the job's (and no LISTEN gap came):
+  then the job's finish cannot have gone by unheard, and the answer costs no DB read
+  beyond the pump's own, at idle and under load alike;
 * answered in time: ``200`` with the job's answer, the body the stream's final event
   and the poll carry (:func:`~dataplane.bff.jobs.answer`) for every finished job:
   ``done`` with ``result``/``blobRef``, ``done`` with an ``error`` (an expected error
@@ -42,7 +43,7 @@ from werkzeug.http import parse_list_header, parse_options_header, unquote_heade
 
 from dataplane.bff.jobs import answer
 from dataplane.bff.plane import Plane
-from dataplane.bff.pump import ReplyPump
+from dataplane.bff.pump import Heard, ReplyPump
 from dataplane.bff.tokens import StreamGrant
 from dataplane.edge import json_response
 from dataplane.errors import DatabaseError
@@ -90,18 +91,18 @@ async def wait_finished(
     job_id: uuid.UUID,
     seconds: float,
     *,
-    heard_before: int | None = None,
+    heard_before: Heard | None = None,
 ) -> JobRow | None:
     """The job's finished row if it finishes within ``seconds``, else None.
 
     The pump's waiter, added first, then at most one row read: none when
-    ``heard_before`` (:meth:`ReplyPump.heard` read before the job could finish) shows
-    that no notify or LISTEN gap went by since and the pump is listening (then the
-    waiter alone hears the finish). The waiter is discarded however this ends (an
+    ``heard_before`` (:meth:`ReplyPump.heard` read before the job could finish) lets
+    the pump tell that the job's notify has not gone by (:meth:`ReplyPump.may_have_missed`;
+    then the waiter alone hears the finish). The waiter is discarded however this ends (an
     answer, the time up, or the request cancelled by a client that went away)."""
     waiter = pump.add(job_id)
     try:
-        if heard_before is None or pump.heard() != heard_before or not pump.listening:
+        if heard_before is None or pump.may_have_missed(job_id, heard_before):
             try:
                 rows = await queue.get_finished_many([job_id])
             except DatabaseError as exc:  # the waiter still hears the notify or the sweep
@@ -117,7 +118,7 @@ async def wait_finished(
 
 
 async def respond(
-    p: Plane, job_id: uuid.UUID, grant: StreamGrant, queued: Response, heard: int | None = None
+    p: Plane, job_id: uuid.UUID, grant: StreamGrant, queued: Response, heard: Heard | None = None
 ) -> Response:
     """The POST's response: the job's answer if the caller's ``Prefer: wait`` sees it
     come, else ``queued`` (the 202, its ``Location`` the poll URL), with

@@ -14,6 +14,11 @@ on every served surface's done channel, and a waiter map job id -> waiters.
   check, so a job that finishes in between is never missed (the
   done-before-LISTEN race), and discarded (:meth:`ReplyPump.discard`) when its
   stream ends. Discarding a waiter (a browser went away) touches nothing else.
+* The pump remembers the job ids of its last ``recent_notifies`` notifies, so a
+  caller that read :meth:`ReplyPump.heard` before its job could finish can ask
+  :meth:`ReplyPump.may_have_missed` whether that job's notify went by before its
+  waiter was added: only then is the row check needed. Under load, other jobs'
+  notifies no longer cost every ``Prefer: wait`` POST a row read.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +44,7 @@ from dataplane.queue import JobRow, QueueClient, done_channel
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000  # job ids per statement
+RECENT_NOTIFIES = 4096  # job ids of the last notifies remembered (see may_have_missed)
 QUIET_CHANNEL = "dataplane_no_surfaces"  # nobody notifies it
 
 
@@ -59,6 +66,14 @@ class Waiter:
         await self._event.wait()
         assert self.row is not None
         return self.row
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """How much a pump had heard at a moment: notifies and LISTEN gaps taken in."""
+
+    notifies: int
+    gaps: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,7 @@ class ReplyPump:
         *,
         sweep_seconds: float = SWEEP_SECONDS,
         reconnect_delays: Sequence[float] = LISTEN_RECONNECT_DELAYS,
+        recent_notifies: int = RECENT_NOTIFIES,
     ) -> None:
         self.queue = queue
         self.sweep_seconds = sweep_seconds
@@ -105,6 +121,10 @@ class ReplyPump:
         track_waiters(self)
         self._sweep_now = trio.Event()
         self._counters = _Counters()
+        # job id -> the number of its latest notify (1-based), oldest first; bounded
+        self._recent: OrderedDict[uuid.UUID, int] = OrderedDict()
+        self._recent_max = max(1, recent_notifies)
+        self._forgotten = 0  # the number of the newest notify dropped from _recent
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dispatch and sweep; ``started`` once LISTEN has executed."""
@@ -137,11 +157,32 @@ class ReplyPump:
             if not waiters:
                 del self._waiters[waiter.job_id]
 
-    def heard(self) -> int:
-        """Notifies and LISTEN gaps taken in so far. Read before a job can finish and
-        unchanged once a waiter on it is added: no notify of that job went by unheard,
-        so the waiter alone will hear it (no row check needed)."""
-        return self._counters.notifies + self._counters.gaps
+    def heard(self) -> Heard:
+        """Notifies and LISTEN gaps taken in so far; read it before a job can finish,
+        and ask :meth:`may_have_missed` once a waiter on the job is added."""
+        return Heard(self._counters.notifies, self._counters.gaps)
+
+    def may_have_missed(self, job_id: uuid.UUID, since: Heard) -> bool:
+        """Whether the done notify of ``job_id`` may have been taken in after ``since``
+        (:meth:`heard`) and before a waiter on it was added, so that the waiter alone
+        would not hear the finish (the caller reads the row once). False only when it
+        is sure: the pump listens, no LISTEN gap came since, and none of the notifies
+        since (all still remembered) was the job's."""
+        c = self._counters
+        if not self.listening or c.gaps != since.gaps:
+            return True
+        if c.notifies == since.notifies:
+            return False
+        if self._forgotten > since.notifies:  # some of those notifies are forgotten
+            return True
+        return job_id in self._recent
+
+    def _remember(self, job_id: uuid.UUID) -> None:
+        recent = self._recent
+        recent[job_id] = self._counters.notifies
+        recent.move_to_end(job_id)
+        while len(recent) > self._recent_max:
+            self._forgotten = recent.popitem(last=False)[1]
 
     def statistics(self) -> PumpStatistics:
         c = self._counters
@@ -184,6 +225,7 @@ class ReplyPump:
                     except ValueError:
                         log.warning("pump: notify with a bad job id %r", event.payload)
                         continue
+                    self._remember(job_id)
                     if job_id in self._waiters:
                         wanted.add(job_id)
             if wanted:
