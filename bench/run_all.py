@@ -100,7 +100,7 @@ BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
     "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
-    " (evening rows: 18:55-19:25).",
+    " (evening rows: 18:55-19:25; the last row: 21:01-21:06).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -128,6 +128,10 @@ BEFORE_AFTER = [
     "| one round trip, `Prefer: wait`, idle, p50 / p99 | 51.85 / 111 ms (09:21, others used 162 % "
     "CPU); 13.0 / 18.1 ms (17:59, quiet, code before this evening) | 14.61 / 20.95 ms (19:12, "
     "quiet) | `bench/prefer_wait.py`; the host's speed drifts ~10 % between these |",
+    "| `Prefer: wait` at 32 clients: req/s; BFF / Postgres CPU ms per answer (21:01-21:06, "
+    "alternated) | 141.0, 128.0; 5.90, 6.73 / 3.29, 3.38 | 164.6, 170.6; 5.08, 4.97 / 2.38, 2.19 | "
+    "`bench/prefer_wait.py`; the row check only when the job's own notify went by: "
+    "`results/prefer-wait.md` |",
 ]
 
 
