@@ -1,7 +1,8 @@
 """The plane: everything a plane route needs, built once per BFF process.
 
 :func:`serve_plane` is its lifetime, a task of the app's lifespan nursery: the
-bridge loop, the queue DB pool and the reply pump, until the app shuts down.
+bridge loop, the queue DB pool, the enqueuer (:mod:`dataplane.queue.batching`) and
+the reply pump, until the app shuts down.
 :class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
 plane once it is up, or why it is not.
 """
@@ -24,6 +25,7 @@ from dataplane.errors import ConfigError
 from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import Telemetry
 from dataplane.queue import QueueClient, QueueType
+from dataplane.queue.batching import Enqueuer
 from dataplane.surfaces.manifest import Surface
 
 log = logging.getLogger(__name__)
@@ -31,12 +33,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Plane:
-    """The queue DB, the reply pump and the verifiers of one BFF process."""
+    """The queue DB, the enqueuer, the reply pump and the verifiers of one BFF process."""
 
     config: BffConfig
     surfaces: dict[str, Surface]
     db: Database
     queue: QueueClient
+    enqueuer: Enqueuer  # enqueues that arrive together share one statement
     pump: ReplyPump
     load: LiveLoad
     verifier: JwtVerifier
@@ -83,8 +86,10 @@ async def serve_plane(
         )
         pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
         load = LiveLoad(queue, config.queue)
-        state.plane = Plane(config, surfaces, db, queue, pump, load, verifier, tokens)
+        enqueuer = Enqueuer(queue)
+        state.plane = Plane(config, surfaces, db, queue, enqueuer, pump, load, verifier, tokens)
         async with trio.open_nursery() as nursery:
+            await nursery.start(enqueuer.run)
             nursery.start_soon(pump.run)
             nursery.start_soon(load.run)
             await pump.listener.wait_connected()

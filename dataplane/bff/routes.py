@@ -197,7 +197,7 @@ async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:
         if attached is None:
             raise
         return attached
-    result = await p.queue.enqueue(queue_type, env.dedupe_key, env.to_json())
+    result = await p.enqueuer.enqueue(queue_type, env.dedupe_key, env.to_json())
     if not result.coalesced:
         p.load.added(queue_type, env.auth.client)
     return result

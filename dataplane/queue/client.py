@@ -78,6 +78,27 @@ class QueueClient:
         max_dequeues: int | None = None,
     ) -> EnqueueResult:
         """Insert a job, or attach to the live one with the same dedupe key."""
+        params = self.enqueue_params(queue_type, dedupe_key, payload, max_dequeues=max_dequeues)
+        return await self.enqueue_prepared(params)
+
+    async def enqueue_prepared(self, params: dict[str, Any]) -> EnqueueResult:
+        """:meth:`enqueue` with parameters :meth:`enqueue_params` made."""
+        for _ in range(ENQUEUE_ATTEMPTS):
+            row = await self.db.fetchone(q("job_enqueue"), params)
+            if row is None:
+                continue  # an identical row committed after the statement's snapshot
+            return EnqueueResult(row["id"], row["coalesced"], row["status"], row["traceparent"])
+        raise DatabaseError(f"enqueue of {params['dedupe_key']!r} kept racing with finishing rows")
+
+    def enqueue_params(
+        self,
+        queue_type: str | QueueType,
+        dedupe_key: str,
+        payload: Mapping[str, Any],
+        *,
+        max_dequeues: int | None = None,
+    ) -> dict[str, Any]:
+        """One enqueue's statement parameters, checked (:class:`InvalidArgument`)."""
         type_name = check_queue_type(queue_type)
         if not isinstance(dedupe_key, str) or not dedupe_key:
             raise InvalidArgument("dedupe_key must be a non-empty string")
@@ -88,19 +109,36 @@ class QueueClient:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {cutoff!r}")
         auth = payload.get("auth")
         client = auth.get("client") if isinstance(auth, Mapping) else None
-        params = {
+        return {
             "type": type_name,
             "dedupe_key": dedupe_key,
             "payload": to_json(payload, what="payload"),
             "max_dequeues": cutoff,
             "client": client if isinstance(client, str) else "",
         }
-        for _ in range(ENQUEUE_ATTEMPTS):
-            row = await self.db.fetchone(q("job_enqueue"), params)
-            if row is None:
-                continue  # an identical row committed after the statement's snapshot
-            return EnqueueResult(row["id"], row["coalesced"], row["status"], row["traceparent"])
-        raise DatabaseError(f"enqueue of {dedupe_key!r} kept racing with finishing rows")
+
+    async def insert_many(self, items: Sequence[Mapping[str, Any]]) -> dict[str, EnqueueResult]:
+        """Insert a new job for each of ``items`` (:meth:`enqueue_params`, distinct dedupe
+        keys) in one statement, by dedupe key; a key with a live job is left out (the
+        caller enqueues it: that attaches). Never touches an existing row."""
+        if not items:
+            return {}
+        if len({item["dedupe_key"] for item in items}) != len(items):
+            raise InvalidArgument("insert_many takes distinct dedupe keys")
+        rows = await self.db.fetchall(
+            q("job_insert_many"),
+            {
+                "types": [item["type"] for item in items],
+                "dedupe_keys": [item["dedupe_key"] for item in items],
+                "payloads": [item["payload"] for item in items],
+                "max_dequeues": [item["max_dequeues"] for item in items],
+                "clients": [item["client"] for item in items],
+            },
+        )
+        return {
+            row["dedupe_key"]: EnqueueResult(row["id"], False, row["status"], row["traceparent"])
+            for row in rows
+        }
 
     async def attach(self, dedupe_key: str) -> EnqueueResult | None:
         """Attach to the live job of ``dedupe_key`` if there is one; never adds a row

@@ -34,6 +34,31 @@ SELECT a.id, a.status, true, a.traceparent
 FROM attached a
 WHERE (SELECT count(*) FROM relaxed) >= 0;
 
+-- name: job_insert_many
+-- New jobs in one statement (enqueues that arrived together): a row per dedupe key,
+-- unless a live job already has the key (those come back missing and take
+-- job_enqueue, which attaches). Only new rows are touched, inserted in dedupe-key
+-- order, so two of these never wait on each other's keys in a cycle. One wake-up
+-- notify per queue type rides in the statement.
+WITH v AS (
+    SELECT *
+    FROM unnest(%(types)s::text[], %(dedupe_keys)s::text[], %(payloads)b::text[],
+                %(max_dequeues)s::int[], %(clients)s::text[])
+         AS v(type, dedupe_key, payload, max_dequeues, client)
+), ins AS (
+    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)
+    SELECT v.type, v.dedupe_key, v.payload::jsonb, v.max_dequeues, v.client
+    FROM v
+    ORDER BY v.dedupe_key
+    ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
+    RETURNING id, type, dedupe_key, status, payload ->> 'traceparent' AS traceparent
+), wake AS (
+    SELECT pg_notify(maestro_wake_channel(t.type), '') FROM (SELECT DISTINCT type FROM ins) AS t
+)
+SELECT ins.id, ins.dedupe_key, ins.status, ins.traceparent
+FROM ins
+WHERE (SELECT count(*) FROM wake) >= 0;
+
 -- name: job_attach
 -- Attach to the live job of this dedupe key, if there is one (one more requester;
 -- committed without waiting for the WAL flush, as in job_enqueue).
