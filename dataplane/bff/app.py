@@ -28,6 +28,7 @@ from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers
 from dataplane.observability.logs import configure_logging
 from dataplane.observability.otel import setup_telemetry
+from dataplane.runtime import freeze_startup_heap, thaw_heap
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,10 @@ def create_app() -> QuartTrio:
         if not ready.is_set():
             log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
 
+    @app.before_serving
+    async def freeze_heap() -> None:  # after start_plane: the app and its plane are built
+        freeze_startup_heap("BFF")
+
     @app.before_request
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
@@ -96,6 +101,7 @@ def create_app() -> QuartTrio:
 
     @app.after_serving
     async def flush_telemetry() -> None:
+        thaw_heap()
         if state.telemetry is not None:
             state.telemetry.shutdown()
 

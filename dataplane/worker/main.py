@@ -22,6 +22,7 @@ from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import prometheus_text, setup_telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.types import SUFFIXES
+from dataplane.runtime import freeze_startup_heap, thaw_heap
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
@@ -97,12 +98,16 @@ async def _serve_worker(
             client_db=client_db,
             reporter=reporter,
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, worker)
-            if prometheus and config.metrics_port:
-                await nursery.start(_serve_metrics, config.metrics_port)
-            await worker.run()
-            nursery.cancel_scope.cancel()
+        freeze_startup_heap("worker")  # booted: full collections skip what lives on
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_signals, worker)
+                if prometheus and config.metrics_port:
+                    await nursery.start(_serve_metrics, config.metrics_port)
+                await worker.run()
+                nursery.cancel_scope.cancel()
+        finally:
+            thaw_heap()
     return 0
 
 

@@ -3,6 +3,7 @@ and one real operation of every demo surface end to end."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -71,6 +72,24 @@ async def test_two_bff_processes_share_one_queue(
                 await all_accepted.wait()  # all 30 queued through both BFFs, none run yet
                 await spawn_worker()
     assert len(finals) == 30 and all(e.name == "done" for e in finals)
+
+
+def _frozen(output: str, what: str) -> int:
+    found = re.search(rf"{what}: (\d+) startup objects frozen", output)
+    assert found, f"no heap freeze logged by the {what}:\n{output}"
+    return int(found.group(1))
+
+
+async def test_a_serving_bff_and_worker_keep_their_startup_heap_out_of_full_collections(
+    spawn_bff: Callable[..., BffProcess], spawn_worker: Callable[..., Any]
+) -> None:
+    bff = spawn_bff()
+    await bff.wait_ready()
+    worker = await spawn_worker()
+    # Both froze what their stack built before serving (some 10^5 objects), so a full
+    # collection no longer walks it (dataplane.runtime: ~100 ms pauses under load).
+    assert _frozen(bff.output(), "BFF") >= 10_000
+    assert _frozen(worker.output(), "worker") >= 10_000
 
 
 async def test_hypercorn_with_two_trio_workers(
