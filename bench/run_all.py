@@ -100,7 +100,7 @@ BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
     "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
-    " (evening rows: 18:55-19:25; the last row: 21:01-21:06).",
+    " (evening rows: 18:55-19:25; the last three rows: 21:01-21:46).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -132,6 +132,13 @@ BEFORE_AFTER = [
     "alternated) | 141.0, 128.0; 5.90, 6.73 / 3.29, 3.38 | 164.6, 170.6; 5.08, 4.97 / 2.38, 2.19 | "
     "`bench/prefer_wait.py`; the row check only when the job's own notify went by: "
     "`results/prefer-wait.md` |",
+    "| `Prefer: wait` at 32 clients: req/s; p99; BFF / worker / Postgres CPU ms per answer "
+    "(21:42-21:46, alternated) | 181.0, 168.6; 300, 310 ms; 4.72, 5.05 / 2.24, 2.32 / 2.24, "
+    "2.35 | 237.5, 265.1; 253, 179 ms; 3.94, 3.56 / 0.91, 0.82 / 0.95, 0.82 | "
+    "`bench/prefer_wait.py`; batched enqueues and a frozen startup heap: "
+    "`results/prefer-wait.md` |",
+    "| POST → SSE done at 32 clients (same runs): req/s; BFF CPU ms per answer | 79.3, 84.5; "
+    "10.81, 10.49 | 125.0, 136.7; 7.90, 7.23 | `bench/prefer_wait.py` (its SSE way) |",
 ]
 
 
