@@ -100,7 +100,7 @@ BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
     "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
-    " (evening rows: 18:55-19:25; the last three rows: 21:01-21:46).",
+    " (evening rows: 18:55-19:25; the last four rows: 21:01-22:12).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -139,6 +139,10 @@ BEFORE_AFTER = [
     "`results/prefer-wait.md` |",
     "| POST → SSE done at 32 clients (same runs): req/s; BFF CPU ms per answer | 79.3, 84.5; "
     "10.81, 10.49 | 125.0, 136.7; 7.90, 7.23 | `bench/prefer_wait.py` (its SSE way) |",
+    "| `bench/e2e.py` at 22:10 (after) and 22:12 (before: `dd6a7bb`, this session's start): "
+    "e2e req/s at 32 clients; POST → 202 p50; 5,000 streams delivered | 110.8; 6.66 ms; 5.65 s "
+    "| 149.4; 5.79 ms; 5.67 s | the host ran hello-world at 762-798 req/s (1,629 on 2026-11-30): "
+    "the POST and stream rows missed today by both codes; `results/e2e-ab/` |",
 ]
 
 
@@ -371,13 +375,22 @@ def render(runs: list[dict[str, Any]]) -> str:
             f"- end-to-end (POST + SSE done, 32 clients): {_fmt(e2e_rps, ' req/s')}"
             + (f" = {e2e_rps / hello:.1%} of hello-world" if e2e_rps else ""),
         ]
+        # The scaling run measured its own hello-world rate: its points are divided by it.
+        s_hello = s.get("hello_rps") or hello
+        if s.get("scaling") and s_hello != hello:
+            lines.append(
+                f"- scaling run ({str(s.get('date', ''))[:16]}), against its own hello-world "
+                f"rate of {_fmt(s_hello, ' req/s')}:"
+            )
         for point in s.get("scaling", []):
             rps = point.get("rps")
             if rps:
                 label = (
                     point.get("label") or f"{point.get('bffs')} BFF / {point.get('workers')} worker"
                 )
-                lines.append(f"- {label}: {_fmt(rps, ' req/s')} = {rps / hello:.1%} of hello-world")
+                lines.append(
+                    f"- {label}: {_fmt(rps, ' req/s')} = {rps / s_hello:.1%} of hello-world"
+                )
         lines.append("")
     if s.get("scaling"):
         lines += [
