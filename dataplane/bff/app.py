@@ -100,8 +100,11 @@ def create_app() -> QuartTrio:
             await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
 
     @app.after_serving
-    async def flush_telemetry() -> None:
+    async def thaw() -> None:
         thaw_heap()
+
+    @app.after_serving
+    async def flush_telemetry() -> None:
         if state.telemetry is not None:
             state.telemetry.shutdown()
 

@@ -67,6 +67,16 @@ async def _requesters(db: Database, key: str) -> list[tuple[str, int]]:
     return [(r["status"], r["requesters"]) for r in rows]
 
 
+async def _enqueue_noting(
+    enqueuer: Enqueuer, outcomes: dict[str, BaseException | EnqueueResult], key: str
+) -> None:
+    """Enqueue ``key``; its result, or the database error it raised, into ``outcomes``."""
+    try:
+        outcomes[key] = await enqueuer.enqueue(TYPE, key, _payload(key))
+    except DatabaseError as exc:
+        outcomes[key] = exc
+
+
 async def test_enqueues_that_arrive_together_share_one_statement(
     queue: QueueClient, nursery: trio.Nursery
 ) -> None:
@@ -142,10 +152,7 @@ async def test_a_stopped_enqueuer_fails_its_batch_and_leaves_no_row(
     outcomes: dict[str, BaseException | EnqueueResult] = {}
 
     async def one(key: str) -> None:
-        try:
-            outcomes[key] = await enqueuer.enqueue(TYPE, key, _payload(key))
-        except DatabaseUnavailable as exc:
-            outcomes[key] = exc
+        await _enqueue_noting(enqueuer, outcomes, key)
 
     with trio.fail_after(20):
         async with trio.open_nursery() as tasks:
@@ -192,10 +199,7 @@ async def test_a_failed_batch_statement_leaves_each_caller_its_own(
     outcomes: dict[str, BaseException | EnqueueResult] = {}
 
     async def one(key: str) -> None:
-        try:
-            outcomes[key] = await enqueuer.enqueue(TYPE, key, _payload(key))
-        except DatabaseError as exc:
-            outcomes[key] = exc
+        await _enqueue_noting(enqueuer, outcomes, key)
 
     with trio.fail_after(20):
         async with trio.open_nursery() as tasks:
