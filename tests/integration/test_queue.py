@@ -491,3 +491,43 @@ def test_http_error_accepts_only_expected_statuses() -> None:
     for status in (200, 401, 500):
         with pytest.raises(InvalidArgument):
             HttpError(status, "x")
+
+
+async def _claims_in_one_transaction(conn: Any, queue_type: str, claims: int) -> tuple[int, int]:
+    """Rows taken by ``claims`` claims of 4, and the sequential scans of the queue table
+    they made (this transaction's own statistics)."""
+    taken = 0
+    async with conn.transaction():
+        for _ in range(claims):
+            cur = await conn.execute(
+                "SELECT * FROM maestro_claim(%(t)s, 'w-plan', 4, 30)", {"t": queue_type}
+            )
+            taken += len(await cur.fetchall())
+        cur = await conn.execute(
+            "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'maestro_queues'"
+        )
+        row = await cur.fetchone()
+    return taken, int(row["seq_scan"]) if row else 0
+
+
+@pytest.mark.parametrize("clients", [1, 5])
+async def test_the_claim_keeps_one_plan_that_reads_the_table_by_index(
+    db: Database, clients: int
+) -> None:
+    """The claim function is planned once per session (a generic plan, forced): that
+    plan must reach and update its rows through indexes whatever the table holds,
+    FIFO (one client) and fair (several). A generic plan costed for an unknown LIMIT
+    hash-joins the claimed rows over a scan of the whole table."""
+    config = await db.fetchone("SELECT proconfig FROM pg_proc WHERE proname = 'maestro_claim'", {})
+    assert config is not None and "plan_cache_mode=force_generic_plan" in config["proconfig"]
+    queue_type = f"surface-plan{clients}"
+    await db.execute(
+        "INSERT INTO maestro_queues (type, dedupe_key, payload, client)"
+        " SELECT %(t)s, %(t)s || '-' || g, '{}'::jsonb, 'c' || (g %% %(n)s)"
+        " FROM generate_series(1, 5000) AS g",
+        {"t": queue_type, "n": clients},
+    )
+    await db.execute("ANALYZE maestro_queues", {})
+    taken, seq_scans = await db.run(_claims_in_one_transaction, queue_type, 8)
+    assert taken == 32
+    assert seq_scans == 0

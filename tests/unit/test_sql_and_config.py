@@ -135,3 +135,14 @@ def test_hot_statements_fit_psycopgs_parse_cache() -> None:
     hot = {n: len(b) for n, b in queries().items() if n.startswith(("job_", "lease_"))}
     assert "job_claim" in hot
     assert {n: size for n, size in hot.items() if size > limit} == {}
+
+
+def test_the_claim_functions_constant_bound_is_the_largest_claim_batch() -> None:
+    """maestro_claim reads its FIFO candidates under a constant bound (so its one plan
+    is estimated for tens of rows); no claim the client allows may ask for more."""
+    from dataplane.queue.client import MAX_CLAIM_BATCH
+
+    text = (sql_root() / "migrations" / "0008_claim_function.sql").read_text()
+    body = text[text.index("AS $claim$") :]
+    bounds = {int(n) for n in re.findall(r"LIMIT (\d+)", body)} - {1}  # LIMIT 1: a probe
+    assert bounds == {MAX_CLAIM_BATCH}
