@@ -100,7 +100,8 @@ BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
     "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
-    " (evening rows: 18:55-19:25; the last four rows: 21:01-22:12).",
+    " (evening rows: 18:55-19:25; the four rows before the last two: 21:01-22:12;"
+    " the last two: 23:53 on 2026-12-01 to 00:20 on 2026-12-02).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -143,6 +144,14 @@ BEFORE_AFTER = [
     "e2e req/s at 32 clients; POST → 202 p50; 5,000 streams delivered | 110.8; 6.66 ms; 5.65 s "
     "| 149.4; 5.79 ms; 5.67 s | the host ran hello-world at 762-798 req/s (1,629 on 2026-11-30): "
     "the POST and stream rows missed today by both codes; `results/e2e-ab/` |",
+    "| one claim over a 20,000-row backlog, median ms: 1 client at limit 32 / 4; 20 clients "
+    "at limit 32 / 4 | 4.66 / 2.16; 7.76 / 3.69 (planned at every run) | 2.63 / 0.80; 6.09 / "
+    "1.68 (planned once per session) | `bench/claim_plan.py` on both trees; "
+    "`results/claim-plan.md` |",
+    "| drain at default settings, median of 4: jobs/s (µs CPU/job; Postgres CPU per job) | "
+    "1,762 (418; ≈ 274 µs) | 2,105 (384; ≈ 191 µs) | "
+    "`bench/worker.py --only drain --concurrency default`; the claim as a function "
+    "(migration 0008): `results/claim-plan.md` |",
 ]
 
 
