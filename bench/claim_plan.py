@@ -12,7 +12,9 @@ times at limit 4. It prepares the query, as the worker's connections do. The fir
 runs of each are left out (psycopg prepares a query on its 5th run, and Postgres makes
 5 custom plans before it may keep its generic one). The bench then reads how many
 generic and custom plans the session's prepared claim was given
-(``pg_prepared_statements``). Run it on two checkouts to compare the claim's SQL;
+(``pg_prepared_statements``). Last, a session makes its plan on an almost empty queue,
+a backlog of 100,000 rows arrives with no ``ANALYZE`` since, and 8 claims of 32 report
+their times and the sequential scans they made. Run it on two checkouts to compare the claim's SQL;
 ``results/claim-plan.md`` has the figures behind migration 0008.
 
 Prints a table and writes ``bench/results/claim_plan.json``.
@@ -49,6 +51,7 @@ BACKLOG = 20_000
 CLAIMS = 40
 SKIPPED = 10  # preparation and Postgres' first custom plans
 CASES = [(1, 32), (1, 4), (20, 32), (20, 4)]  # (clients, limit)
+GROWN_BACKLOG = 100_000  # rows arriving after the session planned its claim at idle
 
 
 def _fill(conn: psycopg.Connection[Any], rows: int, clients: int) -> None:
@@ -96,16 +99,51 @@ def _case(dsn: str, rows: int, clients: int, limit: int, claims: int) -> dict[st
     }
 
 
+def _grown(dsn: str, backlog: int) -> dict[str, Any]:
+    """A session plans its claim on an almost empty queue (12 idle claims of one row);
+    then a backlog arrives with no ANALYZE since; 8 claims of 32 in one transaction."""
+    params = {"type": QUEUE_TYPE, "worker_id": "bench", "limit": 32, "lease_seconds": 30}
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute("TRUNCATE maestro_queues CASCADE")
+        conn.execute("ANALYZE maestro_queues")
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        for i in range(12):
+            conn.execute(
+                "INSERT INTO maestro_queues (type, dedupe_key, payload)"
+                " VALUES (%(t)s, %(k)s, '{}')",
+                {"t": QUEUE_TYPE, "k": f"idle-{i}"},
+            )
+            conn.execute(q("job_claim"), params, prepare=True).fetchall()
+        conn.execute(
+            "INSERT INTO maestro_queues (type, dedupe_key, payload)"
+            " SELECT %(t)s, 'k-' || g, '{}'::jsonb FROM generate_series(1, %(n)s) AS g",
+            {"t": QUEUE_TYPE, "n": backlog},
+        )
+        ms = []
+        with conn.transaction():
+            for _ in range(8):
+                started = time.perf_counter()
+                conn.execute(q("job_claim"), params, prepare=True).fetchall()
+                ms.append(round((time.perf_counter() - started) * 1000, 2))
+            scans = conn.execute(
+                "SELECT seq_scan, seq_tup_read FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'maestro_queues'"
+            ).fetchone()
+    return {"backlog": backlog, "claim_ms": ms, **(dict(scans) if scans else {})}
+
+
 def run(rows: int, claims: int) -> dict[str, Any]:
     with scratch_server("claim_plan") as server:
         migrate_schema(stack_env(server.dsn))
         settings, machine = server_facts(server)
         cases = [_case(server.dsn, rows, c, limit, claims) for c, limit in CASES]
+        grown = _grown(server.dsn, GROWN_BACKLOG if rows == BACKLOG else rows)
     return {
         "date": now_iso(),
         "machine": machine,
         "config": {"backlog": rows, "claims": claims, "skipped": SKIPPED, "server": settings},
         "cases": cases,
+        "planned_at_idle": grown,
     }
 
 
@@ -124,6 +162,12 @@ def print_table(result: dict[str, Any]) -> None:
         for c in result["cases"]
     ]
     print(format_table(headers, rows))
+    g = result["planned_at_idle"]
+    print(
+        f"\nplanned at idle, then {g['backlog']:,} rows (no ANALYZE): claims of 32 took"
+        f" {g['claim_ms']} ms; sequential scans {g.get('seq_scan')}"
+        f" ({g.get('seq_tup_read')} rows read)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,8 +100,8 @@ BEFORE_AFTER = [
     "## Before / after (same command and host)",
     "",
     "Tracing: 13:28 and 15:38 on 2026-12-01; the others alternated within one hour"
-    " (evening rows: 18:55-19:25; the four rows before the last two: 21:01-22:12;"
-    " the last two: 23:53 on 2026-12-01 to 00:20 on 2026-12-02).",
+    " (evening rows: 18:55-19:25; the four rows before the last three: 21:01-22:12;"
+    " the last three: 23:53 on 2026-12-01 to 00:24 on 2026-12-02).",
     "",
     "| figure | before | after | command; details |",
     "|---|---|---|---|",
@@ -147,6 +147,10 @@ BEFORE_AFTER = [
     "| one claim over a 20,000-row backlog, median ms: 1 client at limit 32 / 4; 20 clients "
     "at limit 32 / 4 | 4.66 / 2.16; 7.76 / 3.69 (planned at every run) | 2.63 / 0.80; 6.09 / "
     "1.68 (planned once per session) | `bench/claim_plan.py` on both trees; "
+    "`results/claim-plan.md` |",
+    "| a claim planned at idle, then 100,000 rows with no ANALYZE: ms per claim of 32; "
+    "sequential scans in 8 claims | 110-209; 100 (first run), 19-30; 16 (bench, loaded host) "
+    "| 1.6-4.0; 0, 2.5-3.2; 0 | `bench/claim_plan.py` (its last phase); "
     "`results/claim-plan.md` |",
     "| drain at default settings, median of 4: jobs/s (µs CPU/job; Postgres CPU per job) | "
     "1,762 (418; ≈ 274 µs) | 2,105 (384; ≈ 191 µs) | "

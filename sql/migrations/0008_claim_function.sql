@@ -11,7 +11,12 @@
 -- fair candidates and the rows the claim updates are found by id = ANY (an index
 -- probe per id, never a join over the table). The function runs with
 -- plan_cache_mode = force_generic_plan, so each session plans it once and keeps it
--- (until the table's statistics change: an ANALYZE invalidates the plan).
+-- until the table's statistics change (an ANALYZE invalidates the plan). That first
+-- plan is often made on an empty queue, where a sequential scan looks cheapest, and
+-- kept while a backlog arrives: the function also runs with enable_seqscan = off, so
+-- its plan reads the queue table through its indexes whatever its size then (every
+-- access to it has an index). Before, the prepared statement had the same trap at
+-- idle: a small table made its generic plan the cheaper one, and it was kept.
 --
 -- What the claim does, unchanged: claim up to p_limit claimable rows of one type
 -- (pending rows past their backoff, in_progress rows whose lease lapsed). With one
@@ -50,6 +55,7 @@ CREATE OR REPLACE FUNCTION maestro_claim(
 LANGUAGE plpgsql
 VOLATILE
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $claim$
 #variable_conflict use_column
 BEGIN

@@ -531,3 +531,33 @@ async def test_the_claim_keeps_one_plan_that_reads_the_table_by_index(
     taken, seq_scans = await db.run(_claims_in_one_transaction, queue_type, 8)
     assert taken == 32
     assert seq_scans == 0
+
+
+async def _plan_idle_then_grow(conn: Any, queue_type: str) -> tuple[int, int]:
+    """Claim on an almost empty queue (the session's plan is made then), let a backlog
+    of 20,000 rows arrive with no ANALYZE since, and claim again."""
+    for i in range(3):
+        await conn.execute(
+            "INSERT INTO maestro_queues (type, dedupe_key, payload) VALUES (%(t)s, %(k)s, '{}')",
+            {"t": queue_type, "k": f"idle-{i}"},
+        )
+        await conn.execute("SELECT * FROM maestro_claim(%(t)s, 'w-plan', 4, 30)", {"t": queue_type})
+    await conn.execute(
+        "INSERT INTO maestro_queues (type, dedupe_key, payload)"
+        " SELECT %(t)s, 'backlog-' || g, '{}'::jsonb FROM generate_series(1, 20000) AS g",
+        {"t": queue_type},
+    )
+    return await _claims_in_one_transaction(conn, queue_type, 4)
+
+
+async def test_a_claim_planned_at_idle_still_reads_a_later_backlog_by_index(
+    db: Database,
+) -> None:
+    """The session's plan is made at its first claim, often on an empty queue, and kept
+    until the table is next analyzed. Planned for a tiny table, the claim would scan
+    the whole table at every claim once a backlog arrives (110-200 ms per claim at
+    100,000 rows): the function plans with sequential scans off."""
+    await db.execute("ANALYZE maestro_queues", {})
+    taken, seq_scans = await db.run(_plan_idle_then_grow, "surface-grow")
+    assert taken == 16
+    assert seq_scans == 0
