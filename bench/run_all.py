@@ -153,7 +153,7 @@ BEFORE_AFTER = [
     "| 1.6-4.0; 0, 2.5-3.2; 0 | `bench/claim_plan.py` (its last phase); "
     "`results/claim-plan.md` |",
     "| drain at default settings, median of 4: jobs/s (µs CPU/job; Postgres CPU per job) | "
-    "1,762 (418; ≈ 274 µs) | 2,105 (384; ≈ 191 µs) | "
+    "1,762 (418; ≈ 274 µs); again 00:29-00:36: 1,865 | 2,105 (384; ≈ 191 µs); again: 2,152 | "
     "`bench/worker.py --only drain --concurrency default`; the claim as a function "
     "(migration 0008): `results/claim-plan.md` |",
 ]
