@@ -82,10 +82,9 @@ GROUP BY type, client;
 -- Claim up to `limit` claimable rows of one type, fairly across clients, and park as
 -- poison the claimable rows whose dequeue budget is spent: `maestro_claim`
 -- (migration 0008, where its SQL and what it does are written out), planned once per
--- session rather than at every claim. Its result columns are the ones listed there.
-SELECT id, type, dedupe_key, payload, dequeue_count, max_dequeues, created_at, ready_at,
-       claimed_at, lease_expires_at, poisoned, traceparent
-FROM maestro_claim(%(type)s, %(worker_id)s, %(limit)s, %(lease_seconds)s);
+-- session rather than at every claim. Its result columns are the ones its RETURNS
+-- TABLE lists.
+SELECT * FROM maestro_claim(%(type)s, %(worker_id)s, %(limit)s, %(lease_seconds)s);
 
 -- name: lease_renew
 -- Extend the lease of every listed row this worker still holds (fenced).
