@@ -1,8 +1,9 @@
 """The plane: everything a plane route needs, built once per BFF process.
 
 :func:`serve_plane` is its lifetime, a task of the app's lifespan nursery: the
-bridge loop, the queue DB pool, the enqueuer (:mod:`dataplane.queue.batching`) and
-the reply pump, until the app shuts down.
+bridge loop, the queue DB pool, the enqueuer (:mod:`dataplane.queue.batching`), the
+reply pump, the backpressure gauge and the tables' growth watch
+(:mod:`dataplane.queue.growth`), until the app shuts down.
 :class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
 plane once it is up, or why it is not.
 """
@@ -26,6 +27,7 @@ from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import Telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.batching import Enqueuer
+from dataplane.queue.growth import GrowthWatch
 from dataplane.surfaces.manifest import Surface
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ async def serve_plane(
             await nursery.start(enqueuer.run)
             nursery.start_soon(pump.run)
             nursery.start_soon(load.run)
+            nursery.start_soon(GrowthWatch(db).run)  # plans made on a small queue, made again
             await pump.listener.wait_connected()
             ready.set()
             log.info(

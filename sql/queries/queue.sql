@@ -291,3 +291,19 @@ LIMIT 1;
 SELECT substring(data FROM %(offset)s::integer + 1 FOR %(length)s::integer) AS chunk
 FROM surface_result_blobs
 WHERE id = %(id)s AND expires_at > now();
+
+-- name: table_growth
+-- The queue's tables as the planner last measured them (pg_class, set by the last
+-- VACUUM or ANALYZE) and as they are now, in pages.
+SELECT c.relname AS name, c.relpages AS planned_pages,
+       (pg_relation_size(c.oid) / current_setting('block_size')::integer)::integer AS pages
+FROM pg_class c
+WHERE c.oid IN ('maestro_queues'::regclass, 'surface_result_blobs'::regclass);
+
+-- name: queue_analyze
+-- New statistics for the queue table (every session's plans of it are made again).
+ANALYZE maestro_queues;
+
+-- name: blobs_analyze
+-- New statistics for the blob table (every session's plans of it are made again).
+ANALYZE surface_result_blobs;
