@@ -66,6 +66,20 @@ def translate(exc: BaseException) -> DatabaseError:
     return DatabaseError(f"database error: {exc!r}")
 
 
+READ_ONLY_OPTION = "-c default_transaction_read_only=on"
+
+
+def startup_options(config: DatabaseConfig) -> str:
+    """The ``options`` a connection starts with: the DSN's own, plus the read-only
+    default of a client DB's pool (an ``options`` argument replaces the DSN's, so a
+    deployer's ``-c search_path=...`` in the URL must be carried over)."""
+    try:
+        own = str(conninfo_to_dict(config.dsn).get("options") or "")
+    except psycopg.Error:
+        own = ""
+    return f"{own} {READ_ONLY_OPTION}".strip() if config.read_only else own
+
+
 async def connect(config: DatabaseConfig, loop: Any) -> Connection:
     async def connect() -> Connection:
         # LeanConnection: psycopg's, less a loop timer per wait (dataplane.db.waiting).
@@ -79,7 +93,7 @@ async def connect(config: DatabaseConfig, loop: Any) -> Connection:
             keepalives_idle=5,
             keepalives_interval=2,
             keepalives_count=3,
-            options="-c default_transaction_read_only=on" if config.read_only else "",
+            options=startup_options(config),
         )
 
     try:

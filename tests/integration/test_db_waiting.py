@@ -11,7 +11,7 @@ import psycopg
 import pytest
 import trio
 
-from dataplane.db import Database
+from dataplane.db import Database, DatabaseConfig, open_database, with_params
 from dataplane.db.waiting import LeanConnection
 from dataplane.errors import DatabaseError, DatabaseUnavailable
 from tests.conftest import wait_until
@@ -91,3 +91,18 @@ async def test_a_timed_wait_wakes_at_its_deadline_not_every_tenth_of_a_second(
         await db.execute("NOTIFY lean_timed_wait, 'hi'")
     ((sends, took),) = got
     assert took < 2 and sends[-1] == -1, (sends, took)  # the notification ended it at once
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_the_dsns_own_startup_options_are_kept(
+    queue_dsn: str, bridge: Any, read_only: bool
+) -> None:
+    """A deployer's ``options`` in the URL (a search_path, a statement_timeout) reach
+    the server, and a client DB's pool adds its read-only default to them."""
+    dsn = with_params(queue_dsn, options="-c statement_timeout=4321")
+    async with open_database(DatabaseConfig(dsn, pool_size=1, read_only=read_only)) as pool:
+        row = await pool.fetchone(
+            "SELECT current_setting('statement_timeout') AS timeout,"
+            " current_setting('default_transaction_read_only') AS ro"
+        )
+    assert row == {"timeout": "4321ms", "ro": "on" if read_only else "off"}
