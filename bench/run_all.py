@@ -156,6 +156,12 @@ BEFORE_AFTER = [
     "1,762 (418; ≈ 274 µs); again 00:29-00:36: 1,865 | 2,105 (384; ≈ 191 µs); again: 2,152 | "
     "`bench/worker.py --only drain --concurrency default`; the claim as a function "
     "(migration 0008): `results/claim-plan.md` |",
+    "| a session planned at idle, then 100,000 rows (2026-12-02 02:15, one run): ms per "
+    "enqueue / renew 32 / complete 32 / read 32 finished / owned row; rows read in 10 rounds "
+    "| 34.1 / 28.9 / 26.3 / 34.4 / 26.3; 5,001,515 (kept until autovacuum) | 2.27 / 4.11 / "
+    "3.79 / 3.31 / 1.21; 3,180 (the BFF's growth watch analyzed the table) | "
+    "`bench/plan_growth.py` (its kept and watched cases; planned on the backlog: 3.83 / 5.43 "
+    "/ 6.05 / 3.98 / 1.84); `results/plan-growth.md` |",
 ]
 
 

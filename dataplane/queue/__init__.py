@@ -8,6 +8,8 @@
   claim, renew, complete, fail, release, readers), fenced where a claimer writes;
 * :mod:`~dataplane.queue.reaper`, :mod:`~dataplane.queue.maintenance`: maintenance
   passes (retention, lapsed last claims) and their elected schedule;
+* :mod:`~dataplane.queue.growth`: a table that outgrew its statistics is analyzed, so
+  plans made on a small queue are made again (the BFF's watch);
 * :mod:`~dataplane.queue.migrations`: the ordered schema migrations.
 
 It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
