@@ -15,9 +15,12 @@ every session's plans of it are then made again, once, for the table as it is. A
 plan can only be as old as the table's last statistics, so no plan in any session
 was made on a table more than ``GROWTH_FACTOR`` times smaller than it is.
 
-A role that may not analyze the table (neither its owner nor granted ``MAINTAIN``)
-gets a warning from Postgres, not an error: the watch sees the statistics unchanged,
-logs once, and stops trying. Autovacuum's own ANALYZE still comes.
+An ANALYZE waits at most 500 ms for its lock (a VACUUM, autovacuum's included, holds
+it; autovacuum updates the statistics itself when it ends) and is tried again
+``RETRY_SECONDS`` later. A role that may not analyze the table (neither its owner nor
+granted ``MAINTAIN``) gets a warning from Postgres, not an error: the watch sees the
+statistics unchanged, logs once, and stops trying. Autovacuum's own ANALYZE still
+comes.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import LiteralString
 
 import trio
 
-from dataplane.db import Database, q
+from dataplane.db import Connection, Database, q
 from dataplane.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ GROWTH_FACTOR = 4  # a table this many times its planned size is analyzed
 GROWTH_FLOOR_PAGES = 128  # 1 MiB: below it a whole-table read costs well under 1 ms
 ANALYZE_EVERY = 30.0  # seconds between two analyses of one table by one process
 ANALYZE_TIMEOUT = 60.0  # seconds one ANALYZE may take (it samples 30,000 rows)
+RETRY_SECONDS = 2.0  # after an ANALYZE that failed (its lock was taken, the DB was down)
 
 _ANALYZE = {"maestro_queues": "queue_analyze", "surface_result_blobs": "blobs_analyze"}
 
@@ -103,10 +108,16 @@ class GrowthWatch:
 
     async def _analyze(self, table: TableSize) -> bool:
         try:
-            await self.db.execute(q(_ANALYZE[table.name]), call_timeout=ANALYZE_TIMEOUT)
+            await self.db.run(_analyze, q(_ANALYZE[table.name]), call_timeout=ANALYZE_TIMEOUT)
             after = {t.name: t for t in await self.sizes()}
         except DatabaseError as exc:
-            log.warning("plan freshness: ANALYZE %s failed (%s); retried later", table.name, exc)
+            self._next[table.name] = trio.current_time() + RETRY_SECONDS
+            log.warning(
+                "plan freshness: ANALYZE %s failed (%s); trying again in %gs",
+                table.name,
+                exc,
+                RETRY_SECONDS,
+            )
             return False
         planned = after[table.name].planned_pages if table.name in after else 0
         if planned <= table.planned_pages:  # statistics unchanged: the ANALYZE was skipped
@@ -126,3 +137,10 @@ class GrowthWatch:
             table.pages,
         )
         return True
+
+
+async def _analyze(conn: Connection, statement: LiteralString) -> None:
+    """The ANALYZE in its own transaction, under the watch's lock timeout."""
+    async with conn.transaction():
+        await conn.execute(q("analyze_lock_timeout"))
+        await conn.execute(statement)

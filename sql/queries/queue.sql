@@ -300,6 +300,12 @@ SELECT c.relname AS name, c.relpages AS planned_pages,
 FROM pg_class c
 WHERE c.oid IN ('maestro_queues'::regclass, 'surface_result_blobs'::regclass);
 
+-- name: analyze_lock_timeout
+-- How long an ANALYZE of the growth watch waits for its table lock (this transaction
+-- only): less than deadlock_timeout, so a running autovacuum, which updates the
+-- statistics itself, is never cancelled for it.
+SELECT set_config('lock_timeout', '500ms', true);
+
 -- name: queue_analyze
 -- New statistics for the queue table (every session's plans of it are made again).
 ANALYZE maestro_queues;

@@ -18,10 +18,11 @@ from typing import Any
 
 import psycopg
 import pytest
+import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database, with_params
 from dataplane.queue import Blob, Completion, QueueClient
-from dataplane.queue.growth import GrowthWatch
+from dataplane.queue.growth import RETRY_SECONDS, GrowthWatch
 from tests.conftest import admin_execute
 
 T = "surface-plans"
@@ -150,3 +151,27 @@ async def test_a_role_that_may_not_analyze_is_told_once_and_left_alone(
     finally:
         admin_execute(pg_admin_dsn, f'REVOKE ALL ON DATABASE "{dbname}" FROM {role}')
         admin_execute(pg_admin_dsn, f"DROP ROLE {role}")
+
+
+async def test_a_table_lock_held_elsewhere_defers_the_analyze_briefly(
+    queue_dsn: str, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A VACUUM (autovacuum's too) holds the lock an ANALYZE needs: the watch waits for
+    it at most its lock timeout, never the call timeout, and tries again soon after."""
+    await db.execute(
+        "INSERT INTO maestro_queues (type, dedupe_key, payload)"
+        " SELECT %(t)s, 'big-' || g, '{}'::jsonb FROM generate_series(1, %(n)s) AS g",
+        {"t": T, "n": BACKLOG},
+    )
+    watch = GrowthWatch(db)
+    with psycopg.connect(queue_dsn, autocommit=True) as other:
+        with other.transaction():
+            other.execute("LOCK TABLE maestro_queues IN SHARE UPDATE EXCLUSIVE MODE")
+            started = trio.current_time()
+            with caplog.at_level(logging.WARNING, logger="dataplane.queue.growth"):
+                assert await watch.check() == []
+            assert trio.current_time() - started < 5  # the lock timeout, not the call's
+    assert any("lock timeout" in r.getMessage() for r in caplog.records)
+    assert await watch.check() == []  # not before its retry delay
+    await trio.sleep(RETRY_SECONDS)
+    assert await watch.check() == ["maestro_queues"]
