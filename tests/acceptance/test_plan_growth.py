@@ -1,0 +1,28 @@
+"""The BFF's growth watch: a queue table that outgrew its statistics is analyzed by
+the running BFF within seconds (``dataplane/queue/growth.py``), not a minute later
+by autovacuum."""
+
+from __future__ import annotations
+
+import psycopg
+
+from tests.conftest import wait_until
+
+
+def _manual_analyses(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'maestro_queues'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_the_running_bff_analyzes_a_queue_that_grew(bff: str, queue_dsn: str) -> None:
+    before = _manual_analyses(queue_dsn)
+    with psycopg.connect(queue_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO maestro_queues (type, dedupe_key, payload)"
+            " SELECT 'surface-probe', 'burst-' || g, '{}'::jsonb"
+            " FROM generate_series(1, 20000) AS g"
+        )
+    await wait_until(lambda: _manual_analyses(queue_dsn) > before, within=15, interval=0.2)
