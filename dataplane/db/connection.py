@@ -106,6 +106,21 @@ async def connect(config: DatabaseConfig, loop: Any) -> Connection:
         raise translate(exc) from exc
 
 
+# Server errors that mean the session or the server is going away (class 08 is the
+# connection's own): admin_shutdown, crash_shutdown, cannot_connect_now.
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(conn: Connection, exc: BaseException) -> bool:
+    """Whether ``exc`` on ``conn`` means the link to the server is gone (so the pool's
+    idle connections most likely are too), rather than an error the server answered
+    with: a statement timeout (57014) or a lock timeout (55P03) is the latter."""
+    if conn.closed or conn.broken:
+        return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _SERVER_GONE
+
+
 def close_now(conn: Connection) -> None:
     """Close without awaiting: libpq's finish() is local and does not block."""
     try:

@@ -5,7 +5,9 @@ timeout), runs one asyncio-side coroutine on it, one bridge crossing per logical
 operation, under a call timeout, and returns the connection only if it is known
 clean. A connection that failed, timed out or was cancelled mid-call is closed,
 never reused; a dropped connection also flushes the idle ones, which most likely
-died with it.
+died with it. An error the server answered with (a statement or lock timeout
+included, though it comes out as ``DatabaseUnavailable``) leaves the connection in
+use, and the idle ones, as they are.
 
 Tracing (:mod:`dataplane.observability.tracing`): a statement is a client span
 only inside a trace — live under the current recording span, or recorded after the
@@ -35,6 +37,7 @@ from dataplane.db.connection import (
     DatabaseConfig,
     close_now,
     connect,
+    connection_lost,
     looks_dead,
     translate,
 )
@@ -130,9 +133,9 @@ class Database:
             raise DatabaseUnavailable(f"database call timed out after {limit:g}s") from None
         except (psycopg.Error, OSError) as exc:
             err = translate(exc)
-            if isinstance(err, DatabaseUnavailable):
-                self._flush_idle()
-            else:
+            if isinstance(err, DatabaseUnavailable) and connection_lost(conn, exc):
+                self._flush_idle()  # the others most likely died with it
+            else:  # the server answered (a statement or lock timeout, a refused statement)
                 clean = (
                     not conn.closed
                     and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

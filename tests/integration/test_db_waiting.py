@@ -106,3 +106,22 @@ async def test_the_dsns_own_startup_options_are_kept(
             " current_setting('default_transaction_read_only') AS ro"
         )
     assert row == {"timeout": "4321ms", "ro": "on" if read_only else "off"}
+
+
+async def test_a_statement_timeout_leaves_the_pools_connections_alone(
+    queue_dsn: str, bridge: Any
+) -> None:
+    """A statement the server cancels at its statement_timeout is the caller's error
+    (``DatabaseUnavailable``, 57014); the link is fine, so neither the idle connections
+    nor the one it ran on are thrown away, as they are when the link drops."""
+    dsn = with_params(queue_dsn, options="-c statement_timeout=100")
+    async with open_database(DatabaseConfig(dsn, pool_size=2)) as pool:
+        async with trio.open_nursery() as nursery:  # two connections, both idle after
+            for _ in range(2):
+                nursery.start_soon(pool.fetchone, "SELECT pg_sleep(0.05)")
+        assert pool.statistics().connects == 2
+        with pytest.raises(DatabaseUnavailable, match="statement timeout"):
+            await pool.fetchone("SELECT pg_sleep(1)")
+        assert await pool.fetchone("SELECT 1 AS one") == {"one": 1}
+        stats = pool.statistics()
+    assert (stats.connects, stats.discarded) == (2, 0)
