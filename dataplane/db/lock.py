@@ -120,6 +120,9 @@ class SessionLock:
         if self.held:
             return
         await self._session.open()
+        # No server-side timeout on the wait: a statement_timeout or lock_timeout the
+        # role or the URL sets would cancel it (a herd, and a reconnect, every time).
+        await self._session.fetchall(q("session_wait_untimed"))
         await self._session.fetchall(q("session_lock"), {"key": self.key}, wait=True)
         self.held = True
         self.grants += 1

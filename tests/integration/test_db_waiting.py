@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database, with_params
+from dataplane.db.lock import SessionLock
 from dataplane.db.waiting import LeanConnection
 from dataplane.errors import DatabaseError, DatabaseUnavailable
 from tests.conftest import wait_until
@@ -125,3 +126,28 @@ async def test_a_statement_timeout_leaves_the_pools_connections_alone(
         assert await pool.fetchone("SELECT 1 AS one") == {"one": 1}
         stats = pool.statistics()
     assert (stats.connects, stats.discarded) == (2, 0)
+
+
+async def test_a_lock_wait_outlasts_the_urls_statement_and_lock_timeouts(
+    queue_dsn: str, bridge: Any
+) -> None:
+    """The on-call lock waits inside Postgres for as long as another worker holds it:
+    a statement_timeout or lock_timeout in the URL must not cancel that wait."""
+    config = DatabaseConfig(
+        with_params(queue_dsn, options="-c statement_timeout=100 -c lock_timeout=100")
+    )
+    holder, waiter = (
+        SessionLock(config, "untimed", loop=bridge),
+        SessionLock(config, "untimed", loop=bridge),
+    )
+    try:
+        await holder.acquire()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter.acquire)
+            await trio.sleep(0.5)  # well past both timeouts
+            assert not waiter.held
+            await holder.release()
+            await wait_until(lambda: waiter.held, within=5)
+    finally:
+        holder.close()
+        waiter.close()
