@@ -31,6 +31,15 @@ BACKLOG = 20_000
 TABLES = ("maestro_queues", "surface_result_blobs")
 
 
+@pytest.fixture(autouse=True)
+def _no_autovacuum(queue_dsn: str) -> None:
+    """Autovacuum refreshes the statistics on its own schedule: these tests must see
+    only their own ANALYZEs and the watch's."""
+    with psycopg.connect(queue_dsn, autocommit=True) as conn:
+        for table in TABLES:
+            conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+
+
 async def _per_request(queue: QueueClient, tag: str) -> None:
     """Every queue statement a request costs the BFF and a worker, once each."""
     first = await queue.enqueue(T, f"{tag}-a", {"v": 1})
