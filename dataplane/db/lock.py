@@ -119,10 +119,11 @@ class SessionLock:
         """
         if self.held:
             return
+        fresh = not self._session.connected
         await self._session.open()
-        # No server-side timeout on the wait: a statement_timeout or lock_timeout the
-        # role or the URL sets would cancel it (a herd, and a reconnect, every time).
-        await self._session.fetchall(q("session_wait_untimed"))
+        if fresh:  # no server-side timeout on its waits, once per connection: a
+            # statement_timeout or lock_timeout of the role or the URL would cancel them
+            await self._session.fetchall(q("session_wait_untimed"))
         await self._session.fetchall(q("session_lock"), {"key": self.key}, wait=True)
         self.held = True
         self.grants += 1

@@ -72,7 +72,6 @@ class GrowthWatch:
         self.factor = factor
         self.floor_pages = floor_pages
         self.every = every
-        self.analyzed: list[str] = []  # tables this process analyzed, in order
         self._next: dict[str, float] = {}  # table -> earliest time of its next analysis
         self._refused: set[str] = set()  # tables this role may not analyze
 
@@ -128,7 +127,6 @@ class GrowthWatch:
                 table.name,
             )
             return False
-        self.analyzed.append(table.name)
         log.info(
             "plan freshness: %s grew from %d to %d pages since its statistics; analyzed,"
             " so plans made on the smaller table are made again",
