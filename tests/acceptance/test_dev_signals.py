@@ -27,6 +27,7 @@ from tests.conftest import wait_until
 START_WITHIN = 180  # seconds: the first start seeds the demo DB
 CLEAN_STOP_WITHIN = 5 + 2  # seconds: children, then Postgres (+ slack)
 ORPHANS_EXIT_WITHIN = 15  # seconds for children to go after their parent was killed
+POSTGRES_STOP_WITHIN = 45  # seconds: the watchdog gives pg_ctl stop 40 (STOP_TIMEOUT + 10)
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +107,49 @@ async def test_a_stop_signal_leaves_no_child_and_no_postgres(
     assert f"{signum.name}: stopping" in dev.output.read_text()
 
 
-async def test_sigkill_children_exit_on_their_own_and_postgres_stops(dev: RunningDev) -> None:
+def _is_watchdog(process: psutil.Process) -> bool:
+    """The Postgres watchdog: its exit is Postgres's stop, bounded on its own."""
+    try:
+        return "EmbeddedPostgres" in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _still_running(processes: list[psutil.Process], dev_dir: Path) -> str:
+    """What a timeout should say: each process left, and the tail of each child's log."""
+    lines = []
+    for process in processes:
+        if _alive(process):
+            try:
+                lines.append(f"alive: {process.pid} {' '.join(process.cmdline())}")
+            except psutil.NoSuchProcess:
+                pass
+    for log in sorted((dev_dir / ".dataplane" / "logs").glob("*.log")):
+        lines.append(f"--- {log.name}\n" + log.read_text(errors="replace")[-1500:])
+    return "\n".join(lines)
+
+
+async def test_sigkill_children_exit_on_their_own_and_postgres_stops(
+    dev: RunningDev, dev_dir: Path
+) -> None:
+    children = [p for p in dev.children if not _is_watchdog(p)]
+    watchdogs = [p for p in dev.children if _is_watchdog(p)]
+    assert len(watchdogs) == 1, [p.cmdline() for p in dev.children]
     dev.proc.kill()
     await dev.proc.wait()
-    await wait_until(
-        lambda: not any(_alive(p) for p in dev.children), within=ORPHANS_EXIT_WITHIN, interval=0.1
-    )
-    # The watchdog stops Postgres (fast shutdown) once its pipe's writer is gone.
-    await wait_until(lambda: not _postgres_alive(dev.postgres), within=30, interval=0.1)
+    try:
+        await wait_until(
+            lambda: not any(_alive(p) for p in children), within=ORPHANS_EXIT_WITHIN, interval=0.1
+        )
+    except trio.TooSlowError:
+        pytest.fail(f"children outlived their parent:\n{_still_running(children, dev_dir)}")
+    # The watchdog stops Postgres (fast shutdown, a checkpoint: as slow as the disk)
+    # once its pipe's writer is gone, then exits.
+    try:
+        await wait_until(
+            lambda: not _postgres_alive(dev.postgres) and not _alive(watchdogs[0]),
+            within=POSTGRES_STOP_WITHIN,
+            interval=0.1,
+        )
+    except trio.TooSlowError:
+        pytest.fail(f"Postgres outlived `dataplane dev`:\n{_still_running(watchdogs, dev_dir)}")
