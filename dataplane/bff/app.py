@@ -28,7 +28,7 @@ from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers
 from dataplane.observability.logs import configure_logging
 from dataplane.observability.otel import setup_telemetry
-from dataplane.runtime import freeze_startup_heap, thaw_heap
+from dataplane.runtime import BFF_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def freeze_heap() -> None:  # after start_plane: the app and its plane are built
-        freeze_startup_heap("BFF")
+        freeze_startup_heap("BFF", young_threshold=BFF_YOUNG_THRESHOLD)
 
     @app.before_request
     async def fetch_signing_keys() -> None:

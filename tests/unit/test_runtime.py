@@ -15,3 +15,17 @@ def test_freeze_moves_the_live_heap_to_the_permanent_generation_and_thaw_gives_i
     finally:
         thaw_heap()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_young_threshold_spaces_young_collections_out_until_thawed() -> None:
+    before = gc.get_threshold()
+    try:
+        freeze_startup_heap("test", young_threshold=before[0] * 10)
+        assert gc.get_threshold() == (before[0] * 10, *before[1:])
+        start = gc.get_count()[0]
+        keep = [[] for _ in range(before[0] * 2)]  # twice the old threshold, kept alive
+        assert gc.get_count()[0] >= start + len(keep) - 1  # no young collection ran
+        del keep
+    finally:
+        thaw_heap()
+    assert gc.get_threshold() == before
