@@ -162,6 +162,11 @@ BEFORE_AFTER = [
     "3.79 / 3.31 / 1.21; 3,180 (the BFF's growth watch analyzed the table) | "
     "`bench/plan_growth.py` (its kept and watched cases; planned on the backlog: 3.83 / 5.43 "
     "/ 6.05 / 3.98 / 1.84); `results/plan-growth.md` |",
+    "| the BFF's young collections every 700 → 20,000 allocations (2026-12-02 05:40-05:53, "
+    "alternated): 5,000 waiting streams delivered; BFF CPU ms per stream delivered; "
+    "`Prefer: wait` / SSE req/s at 32 clients | 7.50, 8.46 s; 1.83, 2.06; 231, 298 / 129, 138 "
+    "| 2.89, 4.05 s; 0.84, 1.29; 284, 273 / 164, 150 | `bench/e2e.py`, `bench/prefer_wait.py`; "
+    "full collections walked every open stream: `results/gc-young.md` |",
 ]
 
 
