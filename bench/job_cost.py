@@ -8,11 +8,11 @@ Run from the repository root::
 What it measures: :class:`~dataplane.worker.executor.JobExecutor` running claimed
 ``probe.echo`` jobs in batches of 32 (the default concurrency), each in its own task
 as the claimer starts them: envelope parsing, parameter validation, the dedupe key,
-single flight, the handler under its timeout, the result's JSON, the hand-off, the
-bookkeeping. The completer is replaced by one that only checkpoints: the statements
-are what ``bench/worker.py`` measures (there, through a real worker and Postgres);
-this isolates the per-job Python that no batch size amortises. Tracing and metrics
-are off (no provider), as in ``bench/worker.py``'s drain.
+single flight, the handler under its timeout (the deadline keeper running beside), the
+result's JSON, the hand-off, the bookkeeping. The completer is replaced by one that
+only checkpoints: the statements are what ``bench/worker.py`` measures (there, through
+a real worker and Postgres); this isolates the per-job Python that no batch size
+amortises. Tracing and metrics are off (no provider), as in ``bench/worker.py``'s drain.
 
 Prints a table and writes ``bench/results/job_cost.json``.
 """
@@ -87,11 +87,14 @@ async def _round(count: int, profile: cProfile.Profile | None) -> float:
     started = time.process_time()
     if profile is not None:
         profile.enable()
-    async with trio.open_nursery() as nursery:
-        for k in range(0, count, BATCH):
-            for job in jobs[k : k + BATCH]:
-                nursery.start_soon(executor.run, held.add(job))
-            await held.wait_idle()
+    async with trio.open_nursery() as services:
+        services.start_soon(executor.deadlines.run)  # the handler timeouts, as in a worker
+        async with trio.open_nursery() as nursery:
+            for k in range(0, count, BATCH):
+                for job in jobs[k : k + BATCH]:
+                    nursery.start_soon(executor.run, held.add(job))
+                await held.wait_idle()
+        services.cancel_scope.cancel()
     if profile is not None:
         profile.disable()
     seconds = time.process_time() - started

@@ -103,7 +103,10 @@ class Completer:
     async def complete(self, completion: Completion) -> None:
         """Commit one completion; :class:`LeaseLost` if the claim was lost."""
         pending = _Pending(completion)
-        await self._send.send(pending)
+        try:
+            self._send.send_nowait(pending)  # no checkpoint: the wait below is one
+        except trio.WouldBlock:
+            await self._send.send(pending)
         await pending.done.wait()
         if pending.error is not None:
             raise pending.error

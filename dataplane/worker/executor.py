@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -66,6 +67,7 @@ from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext,
 from dataplane.worker.cache import SingleFlight, TtlCache
 from dataplane.worker.completer import Completer
 from dataplane.worker.config import WorkerConfig
+from dataplane.worker.deadlines import HandlerDeadlines
 from dataplane.worker.held import HeldJobs, Running
 from dataplane.worker.report import Reporter, rss_bytes
 
@@ -124,6 +126,7 @@ class JobExecutor:
         self.on_retry = on_retry  # a failed job is claimable again in so many seconds
         self.tier = config.parsed_type.suffix  # its own: the envelope's is not trusted
         self.single_flight: SingleFlight[Any] = SingleFlight()
+        self.deadlines = HandlerDeadlines(held)  # the worker runs it (deadlines.run)
         self.counters = ExecutorCounters()
 
     async def run(self, running: Running) -> None:
@@ -134,9 +137,8 @@ class JobExecutor:
         result = JobResult(Outcome.RELEASED, self._operation_of(job))
         span = self._process_span(job)
         try:
-            with running.scope:
-                result = await self._traced(running, span)
-            if running.lost:
+            result = await self._traced(running, span)
+            if running.lost:  # cancelled by a renewal, or its write fenced out
                 result = JobResult(
                     Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
                 )
@@ -216,17 +218,10 @@ class JobExecutor:
         Tracing off (the invalid span): no span is made current, none is started
         for the handler or the completion, nothing would record them.
         """
-        job = running.job
         if span is trace.INVALID_SPAN:
             return await self._execute(running, span)
         with trace.use_span(span, end_on_exit=True):
-            try:
-                result = await self._execute(running, span)
-            except trio.Cancelled:
-                if running.lost and span.is_recording():
-                    span.add_event("LEASE_LOST", _attempt(job))
-                    failed(span, "LEASE_LOST", "a renewal found the claim gone")
-                raise
+            result = await self._execute(running, span)
             span.set_attributes(
                 {
                     "dataplane.operation": result.operation,
@@ -274,9 +269,15 @@ class JobExecutor:
             op, params = self._checked(envelope)
             if op.cacheable:
                 cache = CacheStatus.MISS
-            value, cache, coalesced = await self._produce(job, envelope, op, params, span)
+            value, cache, coalesced = await self._produce(running, envelope, op, params, span)
             completion = self._shape(job, value, cache, coalesced)
             outcome = Outcome.DONE
+        except _ClaimLost:
+            # A renewal found the claim gone and cancelled the execution: drop the work.
+            if span.is_recording():
+                span.add_event("LEASE_LOST", _attempt(job))
+                failed(span, "LEASE_LOST", "a renewal found the claim gone")
+            return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except (HttpError, InvalidArgument) as exc:
             # An expected error, or a malformed envelope: an answer, not a retry.
             error = exc if isinstance(exc, HttpError) else HttpError(400, f"malformed job: {exc}")
@@ -317,13 +318,20 @@ class JobExecutor:
 
     async def _produce(
         self,
-        job: ClaimedJob,
+        running: Running,
         envelope: Envelope,
         op: Operation,
         params: dict[str, Any],
         span: Span,
     ) -> tuple[Any, CacheStatus, bool]:
-        """The job's value: from the cache, another execution's, or the handler's."""
+        """The job's value: from the cache, another execution's, or the handler's.
+
+        The claim's only wait before its outcome is written, so the only part a lost
+        lease or the operation's timeout cancels (its claim's scope, see
+        :mod:`dataplane.worker.deadlines`): :class:`_ClaimLost` or
+        :class:`HandlerTimeout` then.
+        """
+        job = running.job
         # The key this worker caches and single-flights under is its own, computed
         # from the checked envelope; the row's dedupe_key is not trusted for it.
         checked = Envelope(
@@ -346,9 +354,21 @@ class JobExecutor:
         if self.config.max_handler_seconds is not None:
             timeout = min(timeout, self.config.max_handler_seconds)
         traced = span is not trace.INVALID_SPAN
-        value, coalesced, leader = await self.single_flight.run_with_meta(
-            key, lambda: _call_handler(op, ctx, timeout, traced), span.get_span_context()
-        )
+        self.deadlines.start(running, timeout)
+        try:
+            with running.scope:
+                value, coalesced, leader = await self.single_flight.run_with_meta(
+                    key,
+                    lambda: _call_handler(op, ctx, running, timeout, traced),
+                    span.get_span_context(),
+                )
+        finally:
+            running.deadline = math.inf  # past the part its deadline bounds
+        if running.scope.cancelled_caught:
+            if running.lost:
+                raise _ClaimLost
+            # Its own deadline, waiting for another job's execution (single flight).
+            raise HandlerTimeout(_timeout_message(op, timeout))
         if coalesced:
             self.counters.coalesced += 1
             if leader is not None and leader.is_valid:  # the execution that answered
@@ -492,20 +512,37 @@ class HandlerTimeout(Exception):
     """The handler ran past its operation's ``timeout_seconds`` (the attempt fails)."""
 
 
-async def _call_handler(op: Operation, ctx: OperationContext, limit: float, traced: bool) -> Any:
+class _ClaimLost(Exception):
+    """A renewal found the claim gone and cancelled its execution (the work is dropped)."""
+
+
+def _timeout_message(op: Operation, limit: float) -> str:
+    return f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled"
+
+
+async def _call_handler(
+    op: Operation, ctx: OperationContext, running: Running, limit: float, traced: bool
+) -> Any:
     if not traced:
-        return await _timed_handler(op, ctx, limit)
+        return await _timed_handler(op, ctx, running, limit)
     with tracer().start_as_current_span(
         f"{op.name} handler", attributes={"dataplane.operation": op.name}
     ):
-        return await _timed_handler(op, ctx, limit)
+        return await _timed_handler(op, ctx, running, limit)
 
 
-async def _timed_handler(op: Operation, ctx: OperationContext, limit: float) -> Any:
-    with trio.move_on_after(limit) as scope:
+async def _timed_handler(
+    op: Operation, ctx: OperationContext, running: Running, limit: float
+) -> Any:
+    """The handler, its deadline's cancellation turned into :class:`HandlerTimeout`
+    where it happens: the handler's span records it, and jobs coalesced onto this
+    execution (single flight) share the failure, as they share a result."""
+    try:
         return await op.handler(ctx)
-    assert scope.cancelled_caught
-    raise HandlerTimeout(f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled")
+    except trio.Cancelled:
+        if running.timed_out and not running.lost:
+            raise HandlerTimeout(_timeout_message(op, limit)) from None
+        raise
 
 
 @lru_cache(maxsize=16)

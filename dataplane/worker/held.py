@@ -6,7 +6,9 @@ and where it stands. The claimer adds it; the executor hands it off
 completer (a renewal that misses it then is the completion landing, not a lost
 claim) and marks it ``finished`` once its row is written or the write was refused
 (the lease keeper stops renewing it); the lease keeper marks it ``lost`` and
-cancels it when a renewal finds an unfinishing claim gone.
+cancels it when a renewal finds an unfinishing claim gone, and the deadline keeper
+(:mod:`dataplane.worker.deadlines`) marks it ``timed_out`` and cancels it when its
+execution runs past its ``deadline``.
 
 Slots: a claim occupies an execution slot from claim to hand-off, not until its
 row is written, so the next claim overlaps the completion commit (claim and
@@ -22,8 +24,9 @@ its bookkeeping.
 
 from __future__ import annotations
 
+import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -40,6 +43,8 @@ class Running:
     finishing: bool = False  # handed to the completer: a missed renewal is not a loss
     finished: bool = False  # its row was written (or the write was refused)
     lost: bool = False  # a renewal found the claim gone: its work is dropped
+    deadline: float = math.inf  # Trio time its execution must end by (while it executes)
+    timed_out: bool = False  # cancelled at its deadline (see dataplane.worker.deadlines)
 
     @property
     def renewable(self) -> bool:
@@ -99,6 +104,10 @@ class HeldJobs:
     @property
     def executing(self) -> int:
         return self._executing
+
+    def running(self) -> Iterable[Running]:
+        """Every held claim (a view: do not add or remove while iterating)."""
+        return self._held.values()
 
     def renewable(self) -> list[Running]:
         return [r for r in self._held.values() if r.renewable]

@@ -13,6 +13,8 @@ of this package:
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
 * the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
+* the :class:`~dataplane.worker.deadlines.HandlerDeadlines`, cancelling an execution
+  past its operation's timeout;
 * the :class:`~dataplane.worker.completer.Completer`, committing in batches;
 * the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
   leases, elected across the fleet, busy or not);
@@ -143,6 +145,7 @@ class Worker:
             await services.start(self.completer.run)
             await services.start(self.oncall.run)
             services.start_soon(self.leases.run)
+            services.start_soon(self.executor.deadlines.run)
             services.start_soon(self.maintenance.run)
             services.start_soon(self.sampler.run)
             reporter_run = getattr(self.reporter, "run", None)

@@ -353,6 +353,38 @@ async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db:
     assert sorted([a.result["coalesced"], b.result["coalesced"]]) == [False, True]
 
 
+async def test_a_handler_past_its_timeout_fails_and_its_coalesced_twin_with_it(
+    queue: QueueClient, db: Database
+) -> None:
+    """The timeout cancels a handler that never returns (the deadline keeper), and the
+    job waiting on its execution (single flight) fails with it; no claim is left held."""
+    never = trio.Event()
+    surface, runs = _counting_surface(ttl=0, gate=never)
+    env = envelope("counted", "fresh", {"n": 3})
+    first = await queue.enqueue("surface-counted", env.dedupe_key, env.to_json())
+    second = await queue.enqueue("surface-counted", "twin", env.to_json())
+    await db.execute("DROP INDEX maestro_queues_dedupe_live")
+    await db.execute(
+        "UPDATE maestro_queues SET dedupe_key = %(k)s WHERE id = %(id)s",
+        {"k": env.dedupe_key, "id": second.job_id},
+    )
+    config = {"concurrency": 4, "max_handler_seconds": 0.3, "fail_backoff_seconds": 600}
+    async with running_worker(queue, surface, **config) as (worker, reports):
+        started = trio.current_time()
+        await wait_until(lambda: worker.statistics().failed == 2, within=10)
+        took = trio.current_time() - started
+        assert worker.statistics().in_flight == 0
+        # The leader's deadline, and the twin's own a moment later (waiting on the
+        # leader's flight): one wake of the keeper may find both due.
+        assert 1 <= worker.executor.deadlines.timeouts <= 2
+        rows = [await queue.get(first.job_id), await queue.get(second.job_id)]
+    assert len(runs) == 1 and took < 5  # the gate never opens: only the timeout ends it
+    for row in rows:
+        assert row is not None and row.status == "pending" and row.dequeue_count == 1
+        assert "HandlerTimeout: TIMEOUT: fresh ran past its 0.3s timeout" in (row.last_error or "")
+    assert [r.outcome for r in reports.items] == ["failed", "failed"]
+
+
 async def test_large_results_go_out_as_blobs(queue: QueueClient) -> None:
     async with running_worker(queue, inline_max_bytes=1000):
         small = await submit(queue, "probe", "large", {"bytes": 100})
