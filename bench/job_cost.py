@@ -6,7 +6,7 @@ Run from the repository root::
     python bench/job_cost.py --profile    # and the cProfile top 25 (by own time)
 
 What it measures: :class:`~dataplane.worker.executor.JobExecutor` running claimed
-``probe.echo`` jobs in batches of 32 (the default concurrency), each in its own task
+``probe.echo`` jobs in batches of 32 (one claim's at concurrency 32), each in its own task
 as the claimer starts them: envelope parsing, parameter validation, the dedupe key,
 single flight, the handler under its timeout (the deadline keeper running beside), the
 result's JSON, the hand-off, the bookkeeping. The completer is replaced by one that
@@ -46,7 +46,7 @@ from dataplane.worker.executor import JobExecutor
 from dataplane.worker.held import HeldJobs
 
 JOBS = 20_000
-BATCH = 32  # the default DATAPLANE_CONCURRENCY: one claim's jobs
+BATCH = 32  # one claim's jobs at concurrency 32 (the default until 12-02; kept: figures compare)
 ROUNDS = 3
 AUTH = Auth("acme", "u1", "a@example.com", False, ("b1",))
 

@@ -15,11 +15,19 @@ from dataplane.queue.reaper import RetentionConfig
 from dataplane.queue.sampler import SAMPLE_SECONDS
 from dataplane.surfaces import SurfacesConfig
 
-# Jobs a worker runs at once. 32, not DESIGN.md's first 8: a claim, a completion and
-# their bridge crossings cost the same for 1 row as for 32, so bigger batches halve
-# the worker's CPU per job and raise its drain (bench/results/worker-drain.md); the
-# price is up to 32 client-DB connections per worker, opened only as load needs them.
-CONCURRENCY = 32
+# Jobs a worker runs at once. 64, not DESIGN.md's first 8: a claim, a completion and
+# their bridge crossings cost the same for 1 row as for 64, so bigger batches cut the
+# worker's CPU per job and raise its drain (32 -> 64: 4,140-4,974 -> 5,230-5,872 jobs/s,
+# 161-190 -> 138-153 µs CPU per job, bench/results/worker-drain.md); the price is up
+# to 64 client-DB connections per worker, opened only as load needs them.
+CONCURRENCY = 64
+# Queue-DB connections a worker's statements share: the claimer, the completer, the
+# lease keeper and maintenance each run one statement at a time; only failures and
+# releases come per job, and they queue for a connection (the acquire timeout bounds
+# the wait) rather than open one each: a failure storm at concurrency 64 must not take
+# 68 of the server's connections.
+QUEUE_POOL_JOBS = 8  # connections for per-job statements (fail, release)
+QUEUE_POOL_SERVICES = 4  # claimer, completer, lease keeper, maintenance and sampler
 RENEW_SECONDS = 60.0  # heartbeat cadence
 POLL_START_MS = 100  # first idle poll backoff, milliseconds
 IDLE_MS = 2000  # idle poll backoff ceiling, milliseconds
@@ -79,6 +87,11 @@ class WorkerConfig:
             raise InvalidArgument("poll_start_ms must be > 0 and <= idle_ms")
         if self.inline_max_bytes < 1 or self.shutdown_grace_seconds < 0:
             raise InvalidArgument("inline_max_bytes must be >= 1 and the grace >= 0")
+
+    @property
+    def queue_pool_size(self) -> int:
+        """Connections of the worker's queue-DB pool (see :data:`QUEUE_POOL_JOBS`)."""
+        return min(self.concurrency, QUEUE_POOL_JOBS) + QUEUE_POOL_SERVICES
 
     @property
     def parsed_type(self) -> QueueType:

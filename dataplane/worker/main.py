@@ -70,7 +70,7 @@ async def _serve_worker(
             f"CLIENT_DB_URL is not set; surface {surface.id!r} needs its read-only client DB"
         )
     queue_cfg = DatabaseConfig(
-        queues_url, pool_size=worker_config.concurrency + 4, application_name="dataplane-worker"
+        queues_url, pool_size=worker_config.queue_pool_size, application_name="dataplane-worker"
     )
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(open_bridge())

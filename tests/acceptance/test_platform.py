@@ -20,7 +20,7 @@ from dataplane.queue import QueueClient
 from dataplane.surfaces.scaffold import scaffold
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
-from tests.helpers import bearer, read_sse, token
+from tests.helpers import bearer, read_sse, submit, token
 
 
 async def test_a_scaffolded_surface_package_passes_its_test_and_answers(
@@ -135,3 +135,36 @@ async def test_user_invalidation_reaches_every_worker(
             )
             assert other.status_code == 403
     shutdown.set()
+
+
+async def test_a_failure_storm_at_the_default_concurrency_keeps_to_its_queue_pool(
+    queue: QueueClient, queue_dsn: str, spawn_worker: Callable[..., Any]
+) -> None:
+    """A full claim of jobs failing at once: every failure is written (each job then
+    succeeds on its retry), through at most the worker's queue pool, not a connection
+    per job (the pool was concurrency + 4: 68 of the server's connections here)."""
+    jobs = [await submit(queue, "probe", "fail", {"times": 1, "nonce": f"{i}"}) for i in range(128)]
+    await spawn_worker(DATAPLANE_FAIL_BACKOFF_SECONDS="0")
+    ids = [j.job_id for j in jobs]
+    count = "SELECT count(*) FROM maestro_queues WHERE id = ANY(%s) AND status = 'done'"
+    peak = 0
+    with psycopg.connect(queue_dsn, autocommit=True) as conn:
+        with trio.fail_after(30):
+            while True:
+                (in_use,) = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    ("dataplane-worker",),
+                ).fetchone() or (0,)
+                peak = max(peak, int(in_use))
+                (done,) = conn.execute(count, (ids,)).fetchone() or (0,)
+                if done == len(ids):
+                    break
+                await trio.sleep(0.05)
+        rows = conn.execute(
+            "SELECT dequeue_count, last_error FROM maestro_queues WHERE id = ANY(%s)", (ids,)
+        ).fetchall()
+
+    assert all(n == 2 and "ProbeFailure" in (err or "") for n, err in rows), rows[:3]
+    # The pool (8 for per-job statements + 4), and the connections of their own: the
+    # LISTEN, the on-call lock and the queue sampler's elected session.
+    assert 0 < peak <= 12 + 3, peak

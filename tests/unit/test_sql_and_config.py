@@ -64,7 +64,8 @@ def test_settings_defaults() -> None:
     w = from_env(WorkerConfig, WORKER_ENV)
     b = from_env(BffConfig, {})
     assert b.queue.url is None and w.queue.lease_seconds == 120 and w.renew_seconds == 60
-    assert w.idle_ms == 2000 and w.concurrency == 32 and w.inline_max_bytes == 262144
+    assert w.idle_ms == 2000 and w.concurrency == 64 and w.inline_max_bytes == 262144
+    assert w.queue_pool_size == 12  # not concurrency + 4: per-job statements queue for 8
     assert w.queue.fail_backoff_seconds == 30 and b.queue.max_dequeues == 5
     assert b.sse_deadline_seconds == 60 and b.sweep_seconds == 5
     assert not b.surfaces.probe_enabled
@@ -79,14 +80,15 @@ def test_settings_come_from_the_environment() -> None:
         **WORKER_ENV,
         "MAESTRO_QUEUES_URL": "postgresql://q",
         "MAESTRO_LEASE_SECONDS": "90",
-        "DATAPLANE_CONCURRENCY": "64",
+        "DATAPLANE_CONCURRENCY": "3",
         "DATAPLANE_PROBE": "1",
         "CAPCOM_URL": "http://capcom",
         "DATAPLANE_METRICS_PORT": "9464",
     }
     p = from_env(WorkerProcessConfig, env)
     assert p.worker.queue.url == "postgresql://q" and p.worker.queue.lease_seconds == 90
-    assert p.worker.concurrency == 64 and p.surfaces.probe_enabled
+    assert p.worker.concurrency == 3 and p.surfaces.probe_enabled
+    assert p.worker.queue_pool_size == 3 + 4
     assert p.capcom_url == "http://capcom" and p.metrics_port == 9464
     assert p.worker.worker_id.startswith("surface-probe@")
 
