@@ -167,7 +167,7 @@ BEFORE_AFTER = [
     "`Prefer: wait` / SSE req/s at 32 clients | 7.50, 8.46 s; 1.83, 2.06; 231, 298 / 129, 138 "
     "| 2.89, 4.05 s; 0.84, 1.29; 284, 273 / 164, 150 | `bench/e2e.py`, `bench/prefer_wait.py`; "
     "full collections walked every open stream: `results/gc-young.md` |",
-    "| drain at default settings (2026-12-02 09:17-09:23, alternated, median of 6): jobs/s "
+    "| drain at default settings (2026-12-02 09:17-09:21, alternated, median of 6): jobs/s "
     "(µs CPU/job) | 4,139 (199) | 5,693 (142); best 6,041 | `bench/worker.py --only drain "
     "--concurrency default`; handler timeouts by one deadline task, concurrency 64: "
     "`results/worker-drain.md` |",
