@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 import trio
@@ -13,7 +14,7 @@ import trio
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
 from dataplane.queue.migrations import migrate
-from tests.chaos.harness import Stack, check_promises, drive
+from tests.chaos.harness import Outcome, Stack, check_promises, drive, one_request
 
 
 @pytest.fixture
@@ -46,12 +47,21 @@ async def test_postgres_restart_under_load(own_server: EmbeddedPostgres, tmp_pat
             # when the server stops at 2 s, also on a fast host (150 were done by then).
             outcomes.extend(await drive([bff.base], 300, concurrency=12))
 
+        during = Outcome()  # a request made while the server is down, whatever the load's timing
+
+        async def post_during_outage() -> None:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=5)) as http:
+                await one_request(http, [bff.base], {"ms": 1}, during)
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load)
             await trio.sleep(2)  # wall-clock: the stack runs under real load for a while first
             await trio.to_thread.run_sync(own_server.stop, "fast")
+            nursery.start_soon(post_during_outage)
             await trio.sleep(1.5)  # wall-clock: the outage lasts this long for every process
             await trio.to_thread.run_sync(own_server.start)
+        assert during.post_attempts > 1, "a POST while the server was down got through at once"
+        outcomes.append(during)
         for proc in [*stack.bffs, *stack.workers]:
             assert proc.proc.poll() is None, "a process died instead of recovering"
         with psycopg.connect(own_server.dsn()) as conn:
