@@ -327,12 +327,10 @@ async def test_cache_hit_miss_bypass_and_scope_isolation(queue: QueueClient) -> 
         assert (await once("cached"))["cache"] == "miss"
 
 
-async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db: Database) -> None:
-    """Two live rows with one dedupe key, claimed together: one handler execution."""
-    release = trio.Event()
-    surface, runs = _counting_surface(ttl=0, gate=release)
-    env = envelope("counted", "fresh", {"n": 7})
-    # Force what the unique index normally prevents (as a lease-lapse double claim would).
+async def _twin_rows(queue: QueueClient, db: Database, params: dict[str, Any]) -> tuple[Any, Any]:
+    """Two live ``counted.fresh`` rows with one dedupe key: what the unique index
+    normally prevents (as a lease-lapse double claim would), forced."""
+    env = envelope("counted", "fresh", params)
     first = await queue.enqueue("surface-counted", env.dedupe_key, env.to_json())
     second = await queue.enqueue("surface-counted", "twin", env.to_json())
     await db.execute("DROP INDEX maestro_queues_dedupe_live")
@@ -340,6 +338,14 @@ async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db:
         "UPDATE maestro_queues SET dedupe_key = %(k)s WHERE id = %(id)s",
         {"k": env.dedupe_key, "id": second.job_id},
     )
+    return first, second
+
+
+async def test_single_flight_under_a_forced_double_claim(queue: QueueClient, db: Database) -> None:
+    """Two live rows with one dedupe key, claimed together: one handler execution."""
+    release = trio.Event()
+    surface, runs = _counting_surface(ttl=0, gate=release)
+    first, second = await _twin_rows(queue, db, {"n": 7})
     async with running_worker(queue, surface, concurrency=4) as (worker, _):
         # Both rows claimed, and every task blocked: the leader in its handler (held by
         # the gate), the twin waiting on the leader's flight. Only then may it finish.
@@ -360,14 +366,7 @@ async def test_a_handler_past_its_timeout_fails_and_its_coalesced_twin_with_it(
     job waiting on its execution (single flight) fails with it; no claim is left held."""
     never = trio.Event()
     surface, runs = _counting_surface(ttl=0, gate=never)
-    env = envelope("counted", "fresh", {"n": 3})
-    first = await queue.enqueue("surface-counted", env.dedupe_key, env.to_json())
-    second = await queue.enqueue("surface-counted", "twin", env.to_json())
-    await db.execute("DROP INDEX maestro_queues_dedupe_live")
-    await db.execute(
-        "UPDATE maestro_queues SET dedupe_key = %(k)s WHERE id = %(id)s",
-        {"k": env.dedupe_key, "id": second.job_id},
-    )
+    first, second = await _twin_rows(queue, db, {"n": 3})
     config = {"concurrency": 4, "max_handler_seconds": 0.3, "fail_backoff_seconds": 600}
     async with running_worker(queue, surface, **config) as (worker, reports):
         started = trio.current_time()
