@@ -624,7 +624,7 @@ async def bench(stack: Stack, tmp: Path, client: str, profile_dir: Path | None) 
     with trio.fail_after(TOTAL_BUDGET_S):
         await start_stack_bff(stack)
         await start_worker(stack, plan.worker_concurrency)
-        profilers = Profilers(stack, profile_dir)
+        profilers = Profilers(stack.kids, profile_dir)
         out["bff_rss_at_start_mb"] = rss_mb(stack.bff_pid)
         async with open_sessions(client, stack.bff_port, 8) as new_session:
             profilers.start("bff-idle", stack.bff_pid)
@@ -660,8 +660,8 @@ class Profilers:
     run's figures are not the ones to keep.
     """
 
-    def __init__(self, stack: Stack, directory: Path | None) -> None:
-        self.stack = stack
+    def __init__(self, kids: Children, directory: Path | None) -> None:
+        self.kids = kids
         self.directory = directory
         self.running: list[Child] = []
 
@@ -673,7 +673,7 @@ class Profilers:
         out = self.directory / f"{name}.folded"
         argv = [py_spy, "record", "--nonblocking", "--format", "raw", "-o", str(out)]
         argv += ["-d", str(int(seconds)), "-p", str(pid)]
-        self.running.append(self.stack.kids.start(f"py-spy-{name}", argv, dict(os.environ)))
+        self.running.append(self.kids.start(f"py-spy-{name}", argv, dict(os.environ)))
 
     async def finish(self) -> None:
         """Stop every running recorder (SIGINT: py-spy writes what it has)."""

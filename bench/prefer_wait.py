@@ -4,6 +4,7 @@ Run from the repository root::
 
     python bench/prefer_wait.py            # own embedded Postgres (temp dir), durable defaults
     python bench/prefer_wait.py --quick    # smoke run, small counts
+    python bench/prefer_wait.py --py-spy prof/   # also py-spy the BFF and the worker
     MAESTRO_QUEUES_URL=... python bench/prefer_wait.py
 
 One stack, as ``bench/e2e.py`` brings it up: ONE BFF (``python -m hypercorn -k trio``)
@@ -61,7 +62,7 @@ from bench._procs import (
     postmaster_pid,
 )
 from bench._stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
-from bench.e2e import job_times, wall
+from bench.e2e import Profilers, job_times, wall
 
 PREFER_WAIT_S = 1  # what dataClient.js sends (PREFER_WAIT_SECONDS)
 TOTAL_BUDGET_S = 300.0
@@ -209,7 +210,12 @@ async def phase_load(plan: Plan, port: int, meter: CpuMeter, run: str, way: str)
 
 
 async def bench(
-    plan: Plan, kids: Children, env: dict[str, str], pg_pid: int | None, dsn: str
+    plan: Plan,
+    kids: Children,
+    env: dict[str, str],
+    pg_pid: int | None,
+    dsn: str,
+    profile_dir: Path | None = None,
 ) -> Any:
     run = uuid.uuid4().hex[:8]
     out: dict[str, Any] = {}
@@ -224,26 +230,35 @@ async def bench(
                 "postgres": lambda: postgres_pids(pg_pid),
             }
         )
+        profilers = Profilers(kids, profile_dir)
+        profilers.start("bff-idle", bff.serving)
+        profilers.start("worker-idle", worker.pid)
         out["idle"] = await phase_idle(plan, bff.port, meter, run, dsn)
+        await profilers.finish()
         p, s = out["idle"]["prefer"]["ms"], out["idle"]["sse"]["ms"]
         print(f"  1. idle: Prefer p50 {p.get('p50')} / p99 {p.get('p99')} ms; ", end="")
         print(f"SSE p50 {s.get('p50')} / p99 {s.get('p99')} ms", flush=True)
         out["load"] = {}
         for way in WAYS:
+            profilers.start(f"bff-load-{way}", bff.serving)
+            profilers.start(f"worker-load-{way}", worker.pid)
             out["load"][way] = await phase_load(plan, bff.port, meter, run, way)
+            await profilers.finish()
             ms = out["load"][way]["ms"]
             print(f"  2. load, {way}: {out['load'][way]['rps']} req/s, p99 {ms.get('p99')} ms")
         await trio.to_thread.run_sync(worker.stop, 20.0)
     return out
 
 
-def run(plan: Plan) -> dict[str, Any]:
+def run(plan: Plan, profile_dir: Path | None = None) -> dict[str, Any]:
     with scratch_server("dataplane_prefer") as server, children_scope() as kids:
         print(f"server: {server.kind}; logs in {kids.log_dir}; running phases...", flush=True)
         settings, machine = server_facts(server)
         env = stack_env(server.dsn)
         migrate_schema(env)
-        raw = trio.run(until_signalled, bench, plan, kids, env, postmaster_pid(server), server.dsn)
+        raw = trio.run(
+            until_signalled, bench, plan, kids, env, postmaster_pid(server), server.dsn, profile_dir
+        )
     idle, load = raw["idle"], raw["load"]
     return {
         "prefer_p50_ms": idle["prefer"]["ms"].get("p50"),
@@ -334,11 +349,18 @@ def _errors(idle: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="py-spy the BFF and the worker in every phase (raw folded stacks in DIR)",
+    )
     output_arg(parser, "prefer_wait")
     args = parser.parse_args(argv)
     plan = Plan.quick() if args.quick else Plan()
     result = run_and_save(
-        lambda: run(plan),
+        lambda: run(plan, args.py_spy),
         args.output,
         print_tables,
         "interrupted; every process started was stopped",
