@@ -10,13 +10,18 @@ cost of the bridge crossing (measured in ``bench/results/bff-cpu.md``: about
 
 :class:`LeanConnection` waits without it: the socket is polled first (a
 zero-timeout poll, as psycopg does for writing; an answer already there also
-skips the loop's reader task), otherwise one reader/writer callback resolves one
-future. Nothing else changes:
+skips any waiting), otherwise one Trio waiter of the bridge's resolves one future
+(:func:`~dataplane.db.bridge.wait_fd`; the loop's ``add_reader`` costs more, see
+:mod:`dataplane.db.bridge`). Nothing else changes:
 
-* a wait *with* a timeout (``notifies(timeout=...)``, the listener's) is psycopg's own,
-  but its polling interval is the timeout: psycopg's 0.1 s interval exists to let a
-  blocked thread see Ctrl-C, which under Trio arrives as a cancellation anyway, and it
-  woke an idle listening process ten times a second (``bench/worker.py`` idle CPU);
+* a wait *with* a timeout (``notifies(timeout=...)``, the listener's) is the same
+  wait with a deadline on the waiter, and ends with psycopg's ``_WaitTimeout`` as
+  psycopg's own does. psycopg's own also woke every 0.1 s so that a blocked thread
+  could see Ctrl-C, which under Trio arrives as a cancellation anyway: it woke an
+  idle listening process ten times a second (``bench/worker.py`` idle CPU);
+* on a loop that is no bridge's (no waiter nursery), and for a wait on reading *and*
+  writing at once, the loop's reader/writer callbacks resolve the future, and a timed
+  wait arms one timer for its deadline;
 * deadlines stay the caller's Trio cancel scopes (``Database.run``'s call timeout);
 * a cancelled wait (the asyncio task cancelled from Trio) asks the server to cancel
   a running statement, as psycopg does, then closes the connection: its state is
@@ -28,12 +33,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import select
+import time
 from typing import Any
 
 import psycopg
 from psycopg.abc import PQGen
 from psycopg.rows import Row
-from psycopg.waiting import READY_R, READY_W, WAIT_R, WAIT_W
+from psycopg.waiting import READY_R, READY_W, WAIT_R, WAIT_RW, WAIT_W
+
+from dataplane.db.bridge import has_waiters, wait_fd
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ _ACTIVE = psycopg.pq.TransactionStatus.ACTIVE
 
 
 class LeanConnection(psycopg.AsyncConnection[Row]):
-    """A psycopg ``AsyncConnection`` whose untimed waits arm no timer (see module doc)."""
+    """A psycopg ``AsyncConnection`` whose waits arm no loop timer (see module doc)."""
 
     async def wait(
         self,
@@ -51,10 +59,12 @@ class LeanConnection(psycopg.AsyncConnection[Row]):
         interval: float = 0.1,
         timeout: float | None = None,  # noqa: ASYNC109 (psycopg's signature, overridden)
     ) -> Any:
-        if timeout is not None:  # one wake-up at the deadline, not one per 0.1 s
+        if timeout is not None and not has_waiters(asyncio.get_running_loop()):
+            # a loop that is no bridge's: psycopg's own timed wait, one wake-up at the
+            # deadline rather than one per 0.1 s
             return await super().wait(gen, max(interval, timeout), timeout)
         try:
-            return await wait_socket(gen, self.pgconn.socket)
+            return await wait_socket(gen, self.pgconn.socket, timeout)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             if self.pgconn.transaction_status == _ACTIVE:
                 try:
@@ -65,15 +75,25 @@ class LeanConnection(psycopg.AsyncConnection[Row]):
             raise
 
 
-async def wait_socket(gen: PQGen[Any], fileno: int) -> Any:
-    """Drive a psycopg generator to its end on the running (trio-asyncio) loop."""
+async def wait_socket(gen: PQGen[Any], fileno: int, within: float | None = None) -> Any:
+    """Drive a psycopg generator to its end on the running (trio-asyncio) loop.
+
+    With ``within`` (seconds: psycopg's ``timeout``), psycopg's ``_WaitTimeout`` once it
+    has passed, as psycopg's own wait raises it (``notifies(timeout=...)`` ends on it);
+    the socket is still polled once first, so 0 polls."""
     loop = asyncio.get_running_loop()
+    deadline = None if within is None else time.monotonic() + within
     try:
         state = next(gen)
         while True:
             ready = _ready_now(fileno, state)
             if not ready:
-                ready = await _readiness(loop, fileno, state)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise psycopg.errors._WaitTimeout("wait timeout expired")
+                ready = await _readiness(loop, fileno, state, left)
+                if not ready:
+                    raise psycopg.errors._WaitTimeout("wait timeout expired")
             state = gen.send(ready)
     except StopIteration as done:
         return done.value
@@ -81,8 +101,18 @@ async def wait_socket(gen: PQGen[Any], fileno: int) -> Any:
         raise psycopg.OperationalError("connection socket closed") from exc
 
 
-async def _readiness(loop: asyncio.AbstractEventLoop, fileno: int, state: int) -> int:
-    """One future resolved by the first of the reader/writer callbacks ``state`` asks for."""
+async def _readiness(
+    loop: asyncio.AbstractEventLoop, fileno: int, state: int, within: float | None
+) -> int:
+    """Wait for what ``state`` asks, ``within`` seconds at most (then 0): one Trio
+    waiter of the bridge's for a read or a write (:func:`~dataplane.db.bridge.wait_fd`),
+    else the first of the loop's reader/writer callbacks (both at once, or a loop that
+    is no bridge's)."""
+    if state != WAIT_RW and has_waiters(loop):
+        write = state == WAIT_W
+        if not await wait_fd(loop, fileno, write=write, within=within):
+            return 0
+        return READY_W if write else READY_R
     fut: asyncio.Future[int] = loop.create_future()
 
     def wakeup(ready: int) -> None:
@@ -94,9 +124,12 @@ async def _readiness(loop: asyncio.AbstractEventLoop, fileno: int, state: int) -
         loop.add_reader(fileno, wakeup, READY_R)
     if writer:
         loop.add_writer(fileno, wakeup, READY_W)
+    timer = loop.call_later(within, wakeup, 0) if within is not None else None
     try:
         return await fut
     finally:
+        if timer is not None:
+            timer.cancel()
         if reader:
             loop.remove_reader(fileno)
         if writer:

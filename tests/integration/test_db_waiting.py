@@ -151,3 +151,29 @@ async def test_a_lock_wait_outlasts_the_urls_statement_and_lock_timeouts(
     finally:
         holder.close()
         waiter.close()
+
+
+async def test_statements_and_timed_waits_use_the_bridges_waiters_not_the_loops_readers(
+    db: Database, bridge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement's socket waits, and the listener's timed ones, go through the bridge's
+    own Trio waiters (dataplane.db.bridge.wait_fd): trio-asyncio's add_reader spawns a
+    task, queues a handle and is cancelled per wait, and its timers are heap entries."""
+
+    def refused(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("a wait went through the loop's reader or timer")
+
+    await db.fetchone("SELECT 1")  # connecting is psycopg's own wait: done before
+    monkeypatch.setattr(bridge, "add_reader", refused)
+    monkeypatch.setattr(bridge, "call_later", refused)
+    assert await db.fetchone("SELECT pg_sleep(0.05), 1 AS one") == {"pg_sleep": "", "one": 1}
+
+    async def drain(conn: LeanConnection) -> tuple[int, float]:
+        await conn.execute("LISTEN lean_bridge_wait")
+        started = time.monotonic()
+        got = [n async for n in conn.notifies(timeout=0.2)]
+        await conn.execute("UNLISTEN lean_bridge_wait")
+        return len(got), time.monotonic() - started
+
+    count, took = await db.run(drain)
+    assert count == 0 and 0.15 <= took < 2

@@ -1,0 +1,130 @@
+"""The bridge's crossing and socket waits (dataplane.db.bridge), on a real trio-asyncio
+loop and real sockets (a socketpair stands in for a database connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from dataplane.db import open_bridge, run_on_loop
+from dataplane.db.bridge import _WAITERS, _wait_fd, has_waiters, wait_fd
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_a_crossing_returns_the_result_and_raises_the_error() -> None:
+    async def answer(value: int) -> int:
+        await asyncio.sleep(0)
+        return value * 2
+
+    async def refuse() -> None:
+        raise KeyError("refused on the asyncio side")
+
+    async with open_bridge() as loop:
+        assert await run_on_loop(loop, answer(21)) == 42
+        with pytest.raises(KeyError, match="refused"):
+            await run_on_loop(loop, refuse())
+
+
+@pytest.mark.timeout(20)  # a caller nobody wakes cannot be cancelled: it hangs
+async def test_a_crossing_cancelled_before_its_task_ran_ends_and_closes_the_coroutine() -> None:
+    """The asyncio task is cancelled before its first step, so the coroutine that would
+    wake the caller never runs: the caller must still wake (not hang), as Cancelled, and
+    the coroutine it never started is closed (no "never awaited" warning)."""
+    started: list[bool] = []
+
+    async def work() -> None:
+        started.append(True)
+
+    async with open_bridge() as loop:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await run_on_loop(loop, work())
+            assert scope.cancelled_caught
+            gc.collect()  # an unclosed coroutine warns when it is collected
+        assert started == []
+        assert await run_on_loop(loop, asyncio.sleep(0, "still usable")) == "still usable"
+
+
+async def test_a_cancelled_crossing_cancels_the_asyncio_side(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, _b = pair
+    seen: list[str] = []
+
+    async def wait_forever() -> None:
+        try:
+            await wait_fd(asyncio.get_running_loop(), a.fileno(), write=False)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async with open_bridge() as loop:
+        with trio.fail_after(5), trio.move_on_after(0.05) as scope:
+            await run_on_loop(loop, wait_forever())
+        assert scope.cancelled_caught
+        assert seen == ["cancelled"]
+        await trio.testing.wait_all_tasks_blocked()
+        assert not _WAITERS[loop].child_tasks  # the socket waiter went with it
+
+
+async def test_a_socket_wait_wakes_on_readiness_and_times_out_at_its_bound(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, b = pair
+
+    async def wait(within: float | None) -> bool:
+        return await wait_fd(asyncio.get_running_loop(), a.fileno(), write=False, within=within)
+
+    async with open_bridge() as loop:
+        assert has_waiters(loop)
+        assert await run_on_loop(loop, wait(0.05)) is False  # nothing to read
+        async with trio.open_nursery() as nursery:
+            got: list[bool] = []
+
+            async def waiter() -> None:
+                got.append(await run_on_loop(loop, wait(None)))
+
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []
+            b.send(b"x")
+        assert got == [True]
+        assert await run_on_loop(loop, wait_fd(asyncio.get_running_loop(), a.fileno(), write=True))
+    assert not has_waiters(loop)  # a closed bridge's loop waits its own way
+
+
+async def test_a_socket_waiter_cancelled_from_outside_still_resolves_its_future(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """A waiter cancelled by its nursery (the bridge closing under it), not by its own
+    scope, must not leave its statement waiting on a future nobody resolves."""
+    a, _b = pair
+    async with open_bridge() as loop:
+        ready: asyncio.Future[bool] = loop.create_future()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_wait_fd, a.fileno(), False, ready, trio.CancelScope())
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        assert ready.done()
+        with pytest.raises(OSError, match="cancelled"):
+            ready.result()
