@@ -263,14 +263,10 @@ class Database:
     async def _acquire(self) -> Connection:
         if self._closed:
             raise DatabaseUnavailable("database pool is closed")
-        with trio.move_on_after(self.config.acquire_timeout) as scope:
-            await self._slots.acquire()
-        if scope.cancelled_caught:
-            self._counters.acquire_timeouts += 1
-            raise PoolTimeout(
-                f"no database connection free within {self.config.acquire_timeout:g}s "
-                f"(pool size {self.config.pool_size})"
-            )
+        try:  # a free slot is taken without a checkpoint or a timer: the call that
+            self._slots.acquire_nowait()  # follows is the checkpoint
+        except trio.WouldBlock:
+            await self._wait_for_slot()
         try:
             while self._idle:
                 conn = self._idle.pop()
@@ -283,6 +279,16 @@ class Database:
         except BaseException:
             self._slots.release()
             raise
+
+    async def _wait_for_slot(self) -> None:
+        with trio.move_on_after(self.config.acquire_timeout) as scope:
+            await self._slots.acquire()
+        if scope.cancelled_caught:
+            self._counters.acquire_timeouts += 1
+            raise PoolTimeout(
+                f"no database connection free within {self.config.acquire_timeout:g}s "
+                f"(pool size {self.config.pool_size})"
+            )
 
     def _release(self, conn: Connection, *, reusable: bool) -> None:
         if reusable and not self._closed and not conn.closed:

@@ -76,6 +76,23 @@ async def test_pool_acquire_times_out_when_every_connection_is_busy(
     assert small.statistics().acquire_timeouts == 1
 
 
+async def test_a_statement_in_a_cancelled_scope_is_cancelled_and_gives_its_slot_back(
+    queue_dsn: str, bridge: Any
+) -> None:
+    """Taking a free slot is no checkpoint (the crossing that follows is one): a
+    cancelled caller still never runs its statement, and the slot comes back."""
+    config = DatabaseConfig(queue_dsn, pool_size=1)
+    async with open_database(config, loop=bridge) as small:
+        await small.fetchone("SELECT 1")  # its one connection opened, idle, slot free
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await small.execute("CREATE TABLE cancelled_before_it_ran (x int)")
+        assert scope.cancelled_caught
+        assert small.statistics().in_use == 0
+        row = await small.fetchone("SELECT to_regclass('cancelled_before_it_ran') AS t")
+    assert row == {"t": None}
+
+
 async def test_an_interrupted_completion_leaves_the_row_as_it_was(
     db: Database, queue: QueueClient, queue_dsn: str, bridge: Any
 ) -> None:
