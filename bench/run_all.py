@@ -171,6 +171,20 @@ BEFORE_AFTER = [
     "(µs CPU/job) | 4,139 (199) | 5,693 (142); best 6,041 | `bench/worker.py --only drain "
     "--concurrency default`; handler timeouts by one deadline task, concurrency 64: "
     "`results/worker-drain.md` |",
+    "| one `SELECT 1` through the bridge, µs CPU, min / median of 3 rounds (2026-12-02 "
+    "15:57-16:37, alternated, 3 runs each) | 250 / 257; 294 / 376; 266 / 295 (the crossing "
+    "alone 44-62 / 59-68) | 171 / 183; 225 / 250; 191 / 199 (the crossing alone 23-25 / "
+    "27-35) | `bench/bridge_floor.py`; the crossing wakes its caller, one Trio waiter per "
+    "socket wait: `results/bridge.md` |",
+    "| the same commits (16:39-16:47, alternated, 3 runs each): drain at default settings, "
+    "median of 6 (µs CPU/job); worker CPU per idle `Prefer` answer; 32-client `Prefer` req/s; "
+    "BFF CPU per answer | 4,176 (184); 3.20-3.41 ms; 416-475; 1.98-2.15 ms | 4,186 (180); "
+    "3.07-3.08 ms; 445-480; 1.93-2.11 ms | `bench/worker.py`, `bench/prefer_wait.py`; idle "
+    "latency within the host's noise: `results/bridge.md` |",
+    "| on a CPU per idle `Prefer` request, ms (perf, 2 runs each): BFF / worker / Postgres | "
+    "4.86, 3.75 / 3.71, 3.40 / 3.38, 2.52 | 3.39, 4.02 / 2.74, 2.89 / 2.27, 2.46 | "
+    "`bench/idle_path.py` (new); the chain's CPU is the idle latency's floor: "
+    "`results/bridge.md` |",
 ]
 
 
