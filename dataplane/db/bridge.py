@@ -200,6 +200,12 @@ class _Crossing:
         self.coro = None
         try:
             result: outcome.Outcome[Any] = outcome.Value(await coro)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # As an asyncio task does, the loop gets it too (it ends the loop, and the
+            # process with it): handed only to the caller, a request's task, it could be
+            # logged and dropped there (Hypercorn does so with an app's exceptions).
+            self.deliver(outcome.Error(exc))
+            raise
         except BaseException as exc:  # asyncio.CancelledError included: the caller maps it
             result = outcome.Error(exc)
         self.deliver(result)

@@ -44,6 +44,34 @@ async def test_a_crossing_returns_the_result_and_raises_the_error() -> None:
 
 
 @pytest.mark.timeout(20)  # a caller nobody wakes cannot be cancelled: it hangs
+async def test_a_keyboard_interrupt_or_exit_on_the_asyncio_side_reaches_the_loop_too() -> None:
+    """As from an asyncio task: the caller gets it, and so does the loop, which ends
+    (and the process with it). Handed to the caller alone, a request's task, Hypercorn
+    logs and drops an app's exception: a Ctrl-C would be lost and the server go on."""
+
+    async def leave() -> None:
+        raise SystemExit(3)
+
+    caught: list[BaseException] = []
+    with pytest.raises(BaseException) as raised:  # a group of both, checked below
+        async with open_bridge() as loop:
+            try:
+                await run_on_loop(loop, leave())
+            except SystemExit as exc:
+                caught.append(exc)
+                raise
+    exits = _leaves(raised.value)
+    assert caught and all(isinstance(e, SystemExit) for e in exits)
+    assert len(exits) == 2  # the caller's, and the loop task's
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+@pytest.mark.timeout(20)  # a caller nobody wakes cannot be cancelled: it hangs
 async def test_a_crossing_cancelled_before_its_task_ran_ends_and_closes_the_coroutine() -> None:
     """The asyncio task is cancelled before its first step, so the coroutine that would
     wake the caller never runs: the caller must still wake (not hang), as Cancelled, and
