@@ -23,7 +23,8 @@ bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the
-server, :mod:`dataplane.db.waiting`).
+server, :mod:`dataplane.db.waiting`). A ``KeyboardInterrupt`` or ``SystemExit`` on
+the asyncio side reaches the loop as well as the caller, as from an asyncio task.
 """
 
 from __future__ import annotations
