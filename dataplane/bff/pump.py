@@ -3,9 +3,11 @@
 One per BFF process, owning a dedicated LISTEN connection (never from the pool)
 on every served surface's done channel, and a waiter map job id -> waiters.
 
-* On a notify for a job with waiters, the row is read **once** (notifies that
-  arrive together are read with one statement) and every waiter of that job
-  gets it. Notifies for jobs nobody here waits on cost nothing.
+* On a notify for a job with waiters, every waiter of that job gets its finished
+  row: carried in the notify itself for a small answer
+  (:func:`~dataplane.queue.parse_done_notify`), else read **once** (notifies that
+  arrive together are read with one statement). Notifies for jobs nobody here
+  waits on cost nothing (a carried answer is not even parsed).
 * Every ``sweep_seconds`` the rows of all waited-on jobs are re-read, which
   covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
   runs at once. The listener pings its connection when quiet, so a silently
@@ -39,7 +41,7 @@ from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
 from dataplane.errors import DatabaseError
 from dataplane.observability.metrics import track_waiters
 from dataplane.observability.tracing import context_from, messaging, tracer
-from dataplane.queue import JobRow, QueueClient, done_channel
+from dataplane.queue import JobRow, QueueClient, done_channel, parse_done_notify
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class PumpStatistics:
     jobs_waited: int
     notifies: int
     reads: int
+    carried: int
     sweeps: int
     delivered: int
     listening: bool
@@ -92,6 +95,7 @@ class _Counters:
     gaps: int = 0
     notifies: int = 0
     reads: int = 0
+    carried: int = 0  # answers delivered from the notify itself (no read)
     sweeps: int = 0
     delivered: int = 0
 
@@ -191,6 +195,7 @@ class ReplyPump:
             jobs_waited=len(self._waiters),
             notifies=c.notifies,
             reads=c.reads,
+            carried=c.carried,
             sweeps=c.sweeps,
             delivered=c.delivered,
             listening=self.listening,
@@ -221,13 +226,19 @@ class ReplyPump:
                 elif isinstance(event, Notification):
                     self._counters.notifies += 1
                     try:
-                        job_id = uuid.UUID(event.payload)
+                        job_id, row = parse_done_notify(event.payload)
                     except ValueError:
-                        log.warning("pump: notify with a bad job id %r", event.payload)
+                        log.warning("pump: notify with a bad job id %r", event.payload[:100])
                         continue
                     self._remember(job_id)
-                    if job_id in self._waiters:
+                    if job_id not in self._waiters:
+                        continue
+                    if row is None:  # the notify names the job: read its row
                         wanted.add(job_id)
+                    else:  # it carries the answer
+                        self._counters.carried += 1
+                        _notify_span(row, time.time_ns())
+                        self.deliver(row)
             if wanted:
                 await self._read_and_deliver(list(wanted), notified=True)
 
@@ -261,7 +272,8 @@ class ReplyPump:
 
 def _notify_span(row: JobRow, started_ns: int) -> None:
     """The done notify as heard by this BFF, in the request's trace: from reading the
-    notified rows to having them, a CLIENT span of operation type ``receive`` (the
+    notified rows to having them (from hearing it, for an answer the notify carried:
+    nothing to read), a CLIENT span of operation type ``receive`` (the
     messaging conventions' pull: the pump asks the queue DB for the finished row; it
     settles nothing — the worker's ``complete`` did — so not ``settle``)."""
     traceparent = row.payload.get("traceparent") if isinstance(row.payload, dict) else None

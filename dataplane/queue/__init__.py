@@ -18,6 +18,7 @@ It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
 from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
 from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
 from dataplane.queue.records import (
+    DONE_NOTIFY_INLINE_MAX,
     Blob,
     CancelResult,
     ClaimBatch,
@@ -28,6 +29,7 @@ from dataplane.queue.records import (
     JsonText,
     Poisoned,
     StoredBlob,
+    parse_done_notify,
     to_json,
 )
 from dataplane.queue.types import (
@@ -41,6 +43,7 @@ from dataplane.queue.types import (
 )
 
 __all__ = [
+    "DONE_NOTIFY_INLINE_MAX",
     "FAIL_BACKOFF_SECONDS",
     "INVALIDATE_CHANNEL",
     "LEASE_SECONDS",
@@ -63,6 +66,7 @@ __all__ = [
     "StoredBlob",
     "check_queue_type",
     "done_channel",
+    "parse_done_notify",
     "to_json",
     "wake_channel",
 ]

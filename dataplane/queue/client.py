@@ -39,6 +39,7 @@ from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLos
 from dataplane.observability.tracing import context_from
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.records import (
+    DONE_NOTIFY_INLINE_MAX,
     Blob,
     CancelResult,
     ClaimBatch,
@@ -251,6 +252,7 @@ class QueueClient:
                 "blob_types": [c.blob.content_type if c.blob else None for c in completions],
                 "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
                 "blob_ttl_seconds": self.config.blob_ttl_seconds,
+                "inline_max": DONE_NOTIFY_INLINE_MAX,
             },
             parents=lambda _: [c.trace for c in completions],
         )

@@ -187,6 +187,54 @@ class JobRow:
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
+    @classmethod
+    def from_done_notify(cls, job_id: uuid.UUID, text: str) -> JobRow | None:
+        """The row a ``done`` notify carries (see :func:`parse_done_notify`), or None if
+        ``text`` is not such an answer. It holds what an answer and its trace need: of
+        the envelope, only ``surface`` and ``traceparent``; ``dedupe_key`` is empty,
+        ``locked_by`` None and ``available_at`` the creation time (not carried)."""
+        try:
+            d = json.loads(text)
+            created = datetime.fromisoformat(d["createdAt"])
+            return cls(
+                id=job_id,
+                type=str(d["type"]),
+                status="done",
+                dedupe_key="",
+                payload={"surface": d.get("surface"), "traceparent": d.get("traceparent")},
+                result=d["result"],
+                last_error=None,
+                locked_by=None,
+                dequeue_count=int(d["dequeueCount"]),
+                max_dequeues=int(d["maxDequeues"]),
+                available_at=created,
+                lease_expires_at=None,
+                created_at=created,
+                claimed_at=datetime.fromisoformat(d["claimedAt"]),
+                completed_at=datetime.fromisoformat(d["completedAt"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+DONE_NOTIFY_INLINE_MAX = 1024  # bytes of a result's JSON its done notify may carry
+
+
+def parse_done_notify(payload: str) -> tuple[uuid.UUID, JobRow | None]:
+    """The job id of a done notify, and the finished row when the notify carries it.
+
+    ``job_complete`` sends ``<job id>`` alone, or, for a small answer (result JSON of at
+    most :data:`DONE_NOTIFY_INLINE_MAX` bytes, no blob), ``<job id> <answer JSON>``; the
+    fail, cancel and poison paths send the id alone. :class:`ValueError` if the id is
+    not one. A carried answer that does not parse counts as not carried (the caller
+    reads the row)."""
+    job_id = uuid.UUID(payload[:36])
+    if len(payload) == 36:
+        return job_id, None
+    if payload[36] != " ":
+        raise ValueError(f"not a done notify: {payload[:60]!r}")
+    return job_id, JobRow.from_done_notify(job_id, payload[37:])
+
 
 def job_uuid(value: uuid.UUID | str) -> uuid.UUID:
     if isinstance(value, uuid.UUID):

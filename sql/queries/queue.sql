@@ -102,16 +102,19 @@ RETURNING q.id;
 -- Finish held rows (fenced): result, optional blob, and the done notify, all in
 -- this one statement. A row whose claim was lost is left untouched. The id, count
 -- and result arrays travel in binary (%(x)b): a text array would escape every quote
--- of every result's JSON on the way out, and parse it again on the way in.
+-- of every result's JSON on the way out, and parse it again on the way in. The done
+-- notify of a small answer (result JSON of at most %(inline_max)s bytes, no blob)
+-- carries the answer after the job id (records.parse_done_notify), so a waiting BFF
+-- answers without reading the row; any other carries the job id alone.
 WITH v AS (
     SELECT *
-    FROM unnest(%(ids)b::uuid[], %(dequeue_counts)b::int[], %(results)b::text[]::jsonb[],
+    FROM unnest(%(ids)b::uuid[], %(dequeue_counts)b::int[], %(results)b::text[],
                 %(blob_types)s::text[], %(blob_data)s::bytea[])
          AS v(id, dequeue_count, result, blob_type, blob_data)
 ), done AS (
     UPDATE maestro_queues q
     SET status = 'done',
-        result = v.result,
+        result = v.result::jsonb,
         completed_at = now(),
         lease_expires_at = NULL
     FROM v
@@ -119,7 +122,15 @@ WITH v AS (
       AND q.locked_by = %(worker_id)s
       AND q.dequeue_count = v.dequeue_count
       AND q.status = 'in_progress'
-    RETURNING q.id, q.type
+    RETURNING q.id, q.type, CASE
+        WHEN v.blob_data IS NULL AND octet_length(v.result) <= %(inline_max)s
+             AND NOT (q.result ? 'blobRef')
+        THEN q.id::text || ' ' || json_build_object(
+            'type', q.type, 'dequeueCount', q.dequeue_count, 'maxDequeues', q.max_dequeues, 'createdAt', q.created_at,
+            'claimedAt', q.claimed_at, 'completedAt', q.completed_at,
+            'surface', q.payload -> 'surface', 'traceparent', q.payload -> 'traceparent',
+            'result', v.result::json)::text
+        ELSE q.id::text END AS note
 ), blobs AS (
     INSERT INTO surface_result_blobs (job_id, content_type, data, size, expires_at)
     SELECT v.id, v.blob_type, v.blob_data, octet_length(v.blob_data),
@@ -130,7 +141,7 @@ WITH v AS (
 )
 SELECT done.id
 FROM done
-CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.id::text)) AS n
+CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.note)) AS n
 WHERE (SELECT count(*) FROM blobs) >= 0;
 
 -- name: job_fail

@@ -16,9 +16,11 @@ from dataplane.queue import (
     Blob,
     ClaimedJob,
     Completion,
+    JobRow,
     Poisoned,
     QueueClient,
     done_channel,
+    parse_done_notify,
     wake_channel,
 )
 from tests.conftest import wait_until
@@ -333,12 +335,17 @@ async def test_done_notify_always_finds_the_finished_row(queue_dsn: str, bridge:
         listener = db.listener([done_channel(T)])
         seen: dict[str, dict[str, object]] = {}
 
+        carried: list[tuple[JobRow, JobRow]] = []
+
         async def reader() -> None:
             async for event in listener.events:
                 assert isinstance(event, Notification)
-                row = await client.get(event.payload)  # a fresh read, another connection
+                job_id, answer = parse_done_notify(event.payload)
+                row = await client.get(job_id)  # a fresh read, another connection
                 assert row is not None
-                seen[event.payload] = {"status": row.status, "result": row.result}
+                if answer is not None:
+                    carried.append((answer, row))
+                seen[str(job_id)] = {"status": row.status, "result": row.result}
                 if len(seen) == n_jobs:
                     return
 
@@ -357,6 +364,24 @@ async def test_done_notify_always_finds_the_finished_row(queue_dsn: str, bridge:
                 nursery.cancel_scope.cancel()
         assert len(seen) == n_jobs
         assert all(v["status"] == "done" and v["result"] is not None for v in seen.values())
+        # Small answers ride in the notify, and what it carries is what the row holds.
+        assert len(carried) == n_jobs
+        for answer, row in carried:
+            assert (answer.id, answer.type, answer.status, answer.result) == (
+                row.id,
+                row.type,
+                row.status,
+                row.result,
+            )
+            assert (answer.dequeue_count, answer.max_dequeues) == (
+                row.dequeue_count,
+                row.max_dequeues,
+            )
+            assert (answer.created_at, answer.claimed_at, answer.completed_at) == (
+                row.created_at,
+                row.claimed_at,
+                row.completed_at,
+            )
 
 
 async def test_blob_goes_in_with_the_completion_and_only_then(

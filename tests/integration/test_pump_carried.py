@@ -1,0 +1,142 @@
+"""A small answer rides in its done notify, and the reply pump hands it over without
+reading the row; a large answer, a blob's reference, an expected error's payload and a
+poison park take the row read as before. Real pump, real Postgres, real notifies."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import trio
+
+from dataplane.bff.pump import ReplyPump
+from dataplane.db import Notification
+from dataplane.queue import (
+    DONE_NOTIFY_INLINE_MAX,
+    Blob,
+    JobRow,
+    QueueClient,
+    done_channel,
+    parse_done_notify,
+)
+from dataplane.queue.records import ClaimedJob
+from tests.helpers import submit
+
+TYPE = "surface-probe"
+SWEEP = 600.0  # seconds: no sweep within a test, only notifies and reads
+
+
+async def _waited_finish(
+    queue: QueueClient, pump: ReplyPump, value: str, finish: Any
+) -> tuple[JobRow, JobRow]:
+    """Enqueue, wait on the pump, finish the job with ``finish(job)``: the row the
+    waiter got, and the row as read from the table afterwards."""
+    enq = await submit(queue, "probe", "echo", {"value": value})
+    waiter = pump.add(enq.job_id)
+    try:
+        [job] = await queue.claim(TYPE, "test-worker")
+        await finish(job)
+        with trio.fail_after(10):  # far below the sweep: the notify delivered it
+            got = await waiter.wait()
+    finally:
+        pump.discard(waiter)
+    read = await queue.get(enq.job_id)
+    assert read is not None
+    return got, read
+
+
+def _same_answer(got: JobRow, read: JobRow) -> None:
+    """Every field an answer, a stream's end and their spans use."""
+    for name in (
+        "id",
+        "type",
+        "status",
+        "result",
+        "dequeue_count",
+        "max_dequeues",
+        "created_at",
+        "claimed_at",
+        "completed_at",
+    ):
+        assert getattr(got, name) == getattr(read, name), name
+    for key in ("surface", "traceparent"):
+        assert got.payload.get(key) == read.payload.get(key), key
+
+
+async def test_a_small_answer_is_delivered_from_its_notify_without_a_read(
+    queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
+    await nursery.start(pump.run)
+    result = {"data": {"echo": 'ünïcode "quoted" \\ and \n'}, "cache": "miss"}
+
+    async def finish(job: ClaimedJob) -> None:
+        await queue.complete(job, result)
+
+    got, read = await _waited_finish(queue, pump, "small", finish)
+    _same_answer(got, read)
+    assert got.result == result
+    stats = pump.statistics()
+    assert (stats.carried, stats.reads) == (1, 0)
+
+
+async def test_an_expected_error_is_carried_too(queue: QueueClient, nursery: trio.Nursery) -> None:
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
+    await nursery.start(pump.run)
+
+    async def finish(job: ClaimedJob) -> None:
+        await queue.complete(job, {"error": {"status": 403, "message": "staff only"}})
+
+    got, read = await _waited_finish(queue, pump, "forbidden", finish)
+    _same_answer(got, read)
+    assert (pump.statistics().carried, pump.statistics().reads) == (1, 0)
+
+
+async def test_a_large_answer_or_a_blob_is_read_from_the_row(
+    queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
+    await nursery.start(pump.run)
+    large = {"data": "x" * DONE_NOTIFY_INLINE_MAX}
+
+    async def finish_large(job: ClaimedJob) -> None:
+        await queue.complete(job, large)
+
+    got, read = await _waited_finish(queue, pump, "large", finish_large)
+    assert got == read and got.result == large
+    assert (pump.statistics().carried, pump.statistics().reads) == (0, 1)
+
+    async def finish_blob(job: ClaimedJob) -> None:
+        blob = Blob("application/pdf", b"%PDF-1.7\n")
+        await queue.complete(job, {"blobRef": {"size": 9}}, blob=blob)
+
+    got, read = await _waited_finish(queue, pump, "blob", finish_blob)
+    assert got == read and got.payload["auth"]  # the whole envelope: its owner signs the URL
+    assert (pump.statistics().carried, pump.statistics().reads) == (0, 2)
+
+
+async def test_notify_payloads_say_what_they_carry(
+    queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    """The notify itself, as any listener hears it: the id alone, or the id and the
+    answer; a poison park names the id alone."""
+    listener = queue.db.listener([done_channel(TYPE)])
+    await nursery.start(listener.run)
+    small = await submit(queue, "probe", "echo", {"value": "n-small"})
+    big = await submit(queue, "probe", "echo", {"value": "n-big"})
+    doomed = await submit(queue, "probe", "echo", {"value": "n-doomed"}, max_dequeues=1)
+    jobs = {j.id: j for j in await queue.claim(TYPE, "w", limit=3)}
+    await queue.complete(jobs[small.job_id], {"data": 1})
+    await queue.complete(jobs[big.job_id], {"data": "y" * (DONE_NOTIFY_INLINE_MAX + 1)})
+    assert await queue.fail(jobs[doomed.job_id], "boom") == "poison"
+    heard: dict[uuid.UUID, JobRow | None] = {}
+    with trio.fail_after(10):
+        while len(heard) < 3:
+            event = await listener.events.receive()
+            if not isinstance(event, Notification):
+                continue
+            job_id, row = parse_done_notify(event.payload)
+            heard[job_id] = row
+    carried = heard[small.job_id]
+    assert carried is not None and carried.result == {"data": 1}
+    assert heard[big.job_id] is None and heard[doomed.job_id] is None
