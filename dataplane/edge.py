@@ -12,7 +12,8 @@
   close as HTTP says (:func:`shield_final_send`) and ``100 Continue`` wait until the
   app reads the body (:class:`DeferredContinueH11Protocol`, :class:`ContinueRequest`);
   both work around Hypercorn/Quart-Trio defects described in ``docs/known-issues.md``;
-  a response's head leaves in the same socket write as its first body bytes;
+  a response's head leaves in the same socket write as its first body bytes; and the
+  keep-alive timer restarts without a lock or a start handshake (:class:`KeepAliveTimer`);
 * :class:`Exchange`: each request observed — :func:`server_span` routes get an HTTP
   server span ending with the answer's last byte (a stream's end), and every request
   one ``dataplane.access`` log line;
@@ -40,6 +41,7 @@ import h11
 import hypercorn.config
 import hypercorn.logging
 import hypercorn.protocol
+import hypercorn.trio.tcp_server as hypercorn_tcp_server
 import sniffio
 import trio
 from hypercorn.events import RawData
@@ -275,6 +277,51 @@ def defer_100_continue() -> None:
     """Make Hypercorn serve HTTP/1.1 with :class:`DeferredContinueH11Protocol`
     (idempotent; in effect for connections accepted from then on)."""
     hypercorn.protocol.H11Protocol = DeferredContinueH11Protocol  # type: ignore[attr-defined]
+
+
+class KeepAliveTimer:
+    """Hypercorn's per-connection keep-alive timer (the ``TrioSingleTask`` of
+    ``hypercorn.trio.tcp_server``) without its lock and its start handshake.
+
+    Hypercorn stops the timer when a request arrives and restarts it when the
+    connection goes idle, on every keep-alive request. Its own version takes a
+    ``trio.Lock`` both times and restarts through ``nursery.start``: three scheduler
+    passes and a start handshake per request, about 7 % of the BFF's CPU under load.
+    Here neither call has a checkpoint (both are atomic under Trio without a lock);
+    the timer task is still spawned in the connection's task group, so it ends with
+    the connection, and it runs in a cancel scope of its own that the next
+    :meth:`stop` or :meth:`restart` cancels. With no checkpoint, a restart from a
+    cancelled scope (the final send of a response, ``docs/known-issues.md`` 1) still
+    starts the timer."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self) -> None:
+        self._scope: trio.CancelScope | None = None
+
+    async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+        self._scope = scope = trio.CancelScope()
+        task_group._nursery.start_soon(_keep_alive, scope, action)
+
+    async def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+
+
+async def _keep_alive(scope: trio.CancelScope, action: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await action()
+
+
+def lean_keep_alive_timer() -> None:
+    """Make Hypercorn's trio connections use :class:`KeepAliveTimer` (idempotent; in
+    effect for connections accepted from then on). Left alone when this Hypercorn's
+    trio server has no ``TrioSingleTask`` to replace (its layout changed)."""
+    if isinstance(getattr(hypercorn_tcp_server, "TrioSingleTask", None), type):
+        setattr(hypercorn_tcp_server, "TrioSingleTask", KeepAliveTimer)  # noqa: B010
 
 
 def continue_hook(scope: dict[str, Any], send: Send) -> SendContinue | None:
@@ -703,6 +750,7 @@ class RequireTrio:
         self.inner = inner
         self.message = message
         defer_100_continue()
+        lean_keep_alive_timer()
         route_hypercorn_logs()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
