@@ -185,6 +185,18 @@ BEFORE_AFTER = [
     "4.86, 3.75 / 3.71, 3.40 / 3.38, 2.52 | 3.39, 4.02 / 2.74, 2.89 / 2.27, 2.46 | "
     "`bench/idle_path.py` (new); the chain's CPU is the idle latency's floor: "
     "`results/bridge.md` |",
+    "| a small answer in its done notify, Hypercorn's keep-alive timer without a lock "
+    "(2026-12-02 20:20-20:55, alternated): on a CPU per idle `Prefer` request, mean ms, BFF / "
+    "Postgres / worker (control); idle latency median | 2.26, 2.38 / 1.53, 1.49 / 1.91, "
+    "1.83; 7.73, 7.43 ms | 1.62, 1.53 / 1.42, 1.18 / 1.91, 1.73; 6.89, 5.83 ms | "
+    "`bench/idle_path.py --requests 1000`; BFF scheduler passes per idle request 26.7 -> "
+    "18.3: `results/notify-carried.md` |",
+    "| the same commits: idle `Prefer` p50 ms; 32 clients req/s, p99 ms, BFF / Postgres CPU "
+    "ms per answer; drain at default settings, median of 12 | 5.96, 5.49, 6.99; 851, 740, "
+    "722; 69, 77, 77; 1.12-1.34 / 0.30-0.37; 7,215 jobs/s | 3.87, 5.51, 5.54; 878, 922, "
+    "648; 61, 59, 82; 1.01-1.43 / 0.23-0.31; 6,768 jobs/s | `bench/prefer_wait.py` (3 "
+    "runs each), `bench/worker.py --only drain --concurrency default` (6 each); the drain's "
+    "completion builds each answer's notify: `results/notify-carried.md` |",
 ]
 
 
