@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import trio
 
-from bench._common import admin_sql
+from bench._common import admin_sql, close_to_public
 from bench._procs import REPO, Child, Children, children_of, cmdline
 from dataplane.dev.embedded import free_port
 
@@ -66,7 +66,8 @@ def stack_env(
 
 
 def migrate_schema(env: Mapping[str, str]) -> str:
-    """``dataplane migrate`` as a child process; its output."""
+    """``dataplane migrate`` as a child process, then the database closed to PUBLIC
+    (``bench._common.CLOSE_TO_PUBLIC``); the migration's output."""
     done = subprocess.run(
         [sys.executable, "-m", "dataplane", "migrate"],
         env=dict(env),
@@ -78,6 +79,7 @@ def migrate_schema(env: Mapping[str, str]) -> str:
     )
     if done.returncode != 0:
         raise RuntimeError(f"dataplane migrate failed:\n{done.stdout}{done.stderr}")
+    close_to_public(env["MAESTRO_QUEUES_URL"])
     return done.stdout.strip()
 
 

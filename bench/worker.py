@@ -64,6 +64,7 @@ from dataplane_lms.demo_db import create_demo_db
 from psycopg import sql as pgsql
 
 from bench._common import (
+    CLOSE_TO_PUBLIC,
     RESULTS_DIR,
     Server,
     describe,
@@ -296,6 +297,7 @@ async def _setup(queue_dsn: str, demo_name: str) -> str:
         cfg = DatabaseConfig(queue_dsn, pool_size=1, application_name="bench-worker")
         async with open_database(cfg) as db:
             await migrate(db)
+            await db.execute(CLOSE_TO_PUBLIC)  # as README recommends (the answer notify)
         ro_dsn: str = await create_demo_db(
             queue_dsn,
             name=demo_name,

@@ -41,6 +41,22 @@ async def session_locks(db: Database) -> tuple[int, int]:
     return int(row["held"]), int(row["waiting"])
 
 
+#: Close the current database to PUBLIC (run by its owner): only then may a done
+#: notify carry a small answer (QueueClient.check_notify_privacy).
+CLOSE_TO_PUBLIC = (
+    "DO $$ BEGIN EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', "
+    "current_database()); END $$"
+)
+
+
+async def close_to_public(queue: QueueClient) -> None:
+    """The test's queue DB closed to PUBLIC, and the client told: small answers ride
+    in done notifies from now on."""
+    await queue.db.execute(CLOSE_TO_PUBLIC)
+    assert await queue.check_notify_privacy() == []
+    assert queue.answers_in_notify
+
+
 async def submit(
     queue: QueueClient,
     surface: str,

@@ -1,4 +1,5 @@
-"""Administrative statements: creating a database when it is missing."""
+"""Administrative statements: creating a database when it is missing, closing it to
+PUBLIC."""
 
 from __future__ import annotations
 
@@ -15,3 +16,12 @@ async def ensure_database(admin: Database, name: str) -> bool:
         return False
     await admin.execute(pgsql.SQL(q("database_create")).format(name=pgsql.Identifier(name)))
     return True
+
+
+async def revoke_public_connect(admin: Database, name: str) -> None:
+    """Only roles granted CONNECT (and superusers) may connect to database ``name``.
+    LISTEN needs no privilege, so this is what keeps a done notify's answer from
+    roles that may not read the queue (``QueueClient.check_notify_privacy``)."""
+    await admin.execute(
+        pgsql.SQL(q("database_revoke_public_connect")).format(name=pgsql.Identifier(name))
+    )

@@ -67,6 +67,11 @@ class QueueClient:
     def __init__(self, db: Database, config: QueueConfig | None = None) -> None:
         self.db = db
         self.config = config or QueueConfig()
+        # Whether a done notify may carry a small answer (records.parse_done_notify).
+        # LISTEN needs no privilege, so only while nobody who can connect to the queue
+        # database is barred from reading its rows: check_notify_privacy() decides.
+        # Until it has, each done notify names its job alone.
+        self.answers_in_notify = False
 
     # -- producer ---------------------------------------------------------
 
@@ -252,7 +257,7 @@ class QueueClient:
                 "blob_types": [c.blob.content_type if c.blob else None for c in completions],
                 "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
                 "blob_ttl_seconds": self.config.blob_ttl_seconds,
-                "inline_max": DONE_NOTIFY_INLINE_MAX,
+                "inline_max": DONE_NOTIFY_INLINE_MAX if self.answers_in_notify else -1,
             },
             parents=lambda _: [c.trace for c in completions],
         )
@@ -396,6 +401,20 @@ class QueueClient:
             q("blob_chunk"), {"id": blob_id, "offset": offset, "length": length}
         )
         return bytes(row["chunk"]) if row is not None else None
+
+    async def notify_overhearers(self) -> list[str]:
+        """Who could hear a done notify without the right to read its row: ``PUBLIC``
+        when any role may connect to the queue database, else each login role that
+        may connect but not read ``maestro_queues``. Empty: answers may ride in it."""
+        rows = await self.db.fetchall(q("notify_overhearers"))
+        return [row["role"] for row in rows]
+
+    async def check_notify_privacy(self) -> list[str]:
+        """Let small answers ride in done notifies exactly while
+        :meth:`notify_overhearers` finds nobody; returns who it found."""
+        overhearers = await self.notify_overhearers()
+        self.answers_in_notify = not overhearers
+        return overhearers
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""

@@ -120,3 +120,8 @@ SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;
 -- name: database_create
 -- Create a database ({name} is an Identifier).
 CREATE DATABASE {name};
+
+-- name: database_revoke_public_connect
+-- Close a database to PUBLIC: only granted roles and superusers connect ({name} is an
+-- Identifier).
+REVOKE CONNECT ON DATABASE {name} FROM PUBLIC;

@@ -105,7 +105,9 @@ RETURNING q.id;
 -- of every result's JSON on the way out, and parse it again on the way in. The done
 -- notify of a small answer (result JSON of at most %(inline_max)s bytes, no blob)
 -- carries the answer after the job id (records.parse_done_notify), so a waiting BFF
--- answers without reading the row; any other carries the job id alone.
+-- answers without reading the row; any other carries the job id alone. The client
+-- passes an inline_max of -1 (the id alone, always) unless notify_overhearers finds
+-- nobody who could hear the answer without the right to read its row.
 WITH v AS (
     SELECT *
     FROM unnest(%(ids)b::uuid[], %(dequeue_counts)b::int[], %(results)b::text[],
@@ -240,6 +242,23 @@ FROM surface_result_blobs
 WHERE job_id = %(job_id)s AND expires_at > now()
 ORDER BY created_at DESC
 LIMIT 1;
+
+-- name: notify_overhearers
+-- Who could hear a done notify without the right to read its row: LISTEN needs no
+-- privilege, only a connection to this database. PUBLIC when it may connect (then any
+-- role may, including roles made later); else every login role that may connect but
+-- not read maestro_queues (superusers read everything). None: a done notify may carry
+-- a small answer (job_complete's inline_max).
+SELECT 'PUBLIC' AS role
+WHERE has_database_privilege('public', current_database(), 'CONNECT')
+UNION ALL
+SELECT r.rolname::text
+FROM pg_roles r
+WHERE r.rolcanlogin AND NOT r.rolsuper
+  AND has_database_privilege(r.oid, current_database(), 'CONNECT')
+  AND NOT has_table_privilege(r.oid, 'maestro_queues'::regclass, 'SELECT')
+  AND NOT has_database_privilege('public', current_database(), 'CONNECT')
+ORDER BY 1;
 
 -- name: notify_send
 -- A bare notification (e.g. cache invalidation broadcast).

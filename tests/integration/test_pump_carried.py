@@ -1,12 +1,16 @@
 """A small answer rides in its done notify, and the reply pump hands it over without
 reading the row; a large answer, a blob's reference, an expected error's payload and a
-poison park take the row read as before. Real pump, real Postgres, real notifies."""
+poison park take the row read as before. Only while nobody who may connect to the
+queue database is barred from reading its rows (LISTEN needs no privilege): a queue
+DB open to PUBLIC, or to a role that may not read the queue, hears the job id alone.
+Real pump, real Postgres, real notifies, real grants."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+import pytest
 import trio
 
 from dataplane.bff.pump import ReplyPump
@@ -20,10 +24,16 @@ from dataplane.queue import (
     parse_done_notify,
 )
 from dataplane.queue.records import ClaimedJob
-from tests.helpers import submit
+from tests.helpers import close_to_public, submit
 
 TYPE = "surface-probe"
 SWEEP = 600.0  # seconds: no sweep within a test, only notifies and reads
+
+
+@pytest.fixture
+async def closed(queue: QueueClient) -> None:
+    """The queue DB closed to PUBLIC: small answers ride in done notifies."""
+    await close_to_public(queue)
 
 
 async def _waited_finish(
@@ -64,7 +74,7 @@ def _same_answer(got: JobRow, read: JobRow) -> None:
 
 
 async def test_a_small_answer_is_delivered_from_its_notify_without_a_read(
-    queue: QueueClient, nursery: trio.Nursery
+    queue: QueueClient, nursery: trio.Nursery, closed: None
 ) -> None:
     pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
     await nursery.start(pump.run)
@@ -80,7 +90,9 @@ async def test_a_small_answer_is_delivered_from_its_notify_without_a_read(
     assert (stats.carried, stats.reads) == (1, 0)
 
 
-async def test_an_expected_error_is_carried_too(queue: QueueClient, nursery: trio.Nursery) -> None:
+async def test_an_expected_error_is_carried_too(
+    queue: QueueClient, nursery: trio.Nursery, closed: None
+) -> None:
     pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
     await nursery.start(pump.run)
 
@@ -93,7 +105,7 @@ async def test_an_expected_error_is_carried_too(queue: QueueClient, nursery: tri
 
 
 async def test_a_large_answer_or_a_blob_is_read_from_the_row(
-    queue: QueueClient, nursery: trio.Nursery
+    queue: QueueClient, nursery: trio.Nursery, closed: None
 ) -> None:
     pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
     await nursery.start(pump.run)
@@ -116,7 +128,7 @@ async def test_a_large_answer_or_a_blob_is_read_from_the_row(
 
 
 async def test_notify_payloads_say_what_they_carry(
-    queue: QueueClient, nursery: trio.Nursery
+    queue: QueueClient, nursery: trio.Nursery, closed: None
 ) -> None:
     """The notify itself, as any listener hears it: the id alone, or the id and the
     answer; a poison park names the id alone."""
@@ -140,3 +152,71 @@ async def test_notify_payloads_say_what_they_carry(
     carried = heard[small.job_id]
     assert carried is not None and carried.result == {"data": 1}
     assert heard[big.job_id] is None and heard[doomed.job_id] is None
+
+
+async def _heard(listener: Any, count: int) -> list[str]:
+    """The next ``count`` done notifies' payloads."""
+    payloads: list[str] = []
+    with trio.fail_after(10):
+        while len(payloads) < count:
+            event = await listener.events.receive()
+            if isinstance(event, Notification):
+                payloads.append(event.payload)
+    return payloads
+
+
+async def test_a_queue_db_open_to_public_hears_the_job_id_alone(
+    queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    """Any role may connect to a database open to PUBLIC (Postgres's default) and LISTEN
+    needs no privilege: the answer stays in the row, and the pump reads it."""
+    assert await queue.check_notify_privacy() == ["PUBLIC"]
+    assert not queue.answers_in_notify
+    listener = queue.db.listener([done_channel(TYPE)])
+    await nursery.start(listener.run)
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
+    await nursery.start(pump.run)
+
+    async def finish(job: ClaimedJob) -> None:
+        await queue.complete(job, {"data": "secret"})
+
+    got, read = await _waited_finish(queue, pump, "open", finish)
+    assert got == read and got.result == {"data": "secret"}
+    assert (pump.statistics().carried, pump.statistics().reads) == (0, 1)
+    [payload] = await _heard(listener, 1)
+    assert payload == str(got.id)
+
+
+async def test_a_role_that_may_connect_but_not_read_the_queue_keeps_answers_out(
+    queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    """Closed to PUBLIC, a login role granted CONNECT alone could still LISTEN: named,
+    and the notify carries the id alone until the role may read the queue too."""
+    role = f"overhear_{uuid.uuid4().hex[:8]}"
+    listener = queue.db.listener([done_channel(TYPE)])
+    await nursery.start(listener.run)
+    await close_to_public(queue)
+    await queue.db.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        await queue.db.execute(
+            f"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO {role}', "
+            "current_database()); END $$"
+        )
+        assert await queue.check_notify_privacy() == [role]
+        assert not queue.answers_in_notify
+        enq = await submit(queue, "probe", "echo", {"value": "overheard"})
+        [job] = await queue.claim(TYPE, "w")
+        await queue.complete(job, {"data": 1})
+        assert await _heard(listener, 1) == [str(enq.job_id)]
+
+        await queue.db.execute(f"GRANT SELECT ON maestro_queues TO {role}")
+        assert await queue.check_notify_privacy() == []
+        enq = await submit(queue, "probe", "echo", {"value": "may read"})
+        [job] = await queue.claim(TYPE, "w")
+        await queue.complete(job, {"data": 2})
+        [payload] = await _heard(listener, 1)
+        job_id, carried = parse_done_notify(payload)
+        assert job_id == enq.job_id and carried is not None and carried.result == {"data": 2}
+    finally:
+        await queue.db.execute(f"DROP OWNED BY {role}")
+        await queue.db.execute(f"DROP ROLE {role}")

@@ -9,12 +9,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from dataplane.db import Database, Notification
 from dataplane.db.lock import SessionLock
-from dataplane.queue import QueueClient, done_channel, wake_channel
+from dataplane.queue import QueueClient, done_channel, parse_done_notify, wake_channel
 from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import (
     STAFF_ONLY,
@@ -23,10 +24,10 @@ from dataplane.surfaces.manifest import (
     branch_in_scope,
     surface_of,
 )
-from dataplane.worker import JobReport, Worker, WorkerConfig
+from dataplane.worker import JobReport, Worker, WorkerConfig, service
 from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
-from tests.helpers import NORTH, STAFF, envelope, session_locks, submit
+from tests.helpers import CLOSE_TO_PUBLIC, NORTH, STAFF, envelope, session_locks, submit
 
 
 class Reports:
@@ -102,6 +103,12 @@ NO_POLLS = {"idle_ms": 60_000, "poll_start_ms": 60_000}  # only a notify or a ta
 WAKE = wake_channel("surface-probe")
 
 
+def _wake_notifies(worker: Worker) -> int:
+    """Enqueue notifies this worker's listener delivered: answered or ignored (the
+    listener's own count takes in the cache-invalidation channel too)."""
+    return worker.notify_wakes + worker.notifies_ignored
+
+
 def _hears_wake(worker: Worker) -> bool:
     return WAKE in worker.listener.statistics().listening
 
@@ -122,18 +129,16 @@ async def test_of_four_idle_workers_only_the_one_on_call_hears_enqueues(
         (on_call,) = [w for w in workers if w.oncall.on_call]
         # Settled: the three waiting for the call have UNLISTENed, the one on call LISTENs.
         await wait_until(lambda: all(_hears_wake(w) == (w is on_call) for w in workers))
-        received = {w: w.listener.statistics().received for w in workers}
+        received = {w: _wake_notifies(w) for w in workers}
         claims = {w: w.statistics().claims for w in workers}
 
         for i in range(5):
             enq = await submit(queue, "probe", "echo", {"value": i})
             assert (await wait_done(queue, enq.job_id)).status == "done"
-        await wait_until(lambda: on_call.listener.statistics().received == received[on_call] + 5)
+        await wait_until(lambda: _wake_notifies(on_call) == received[on_call] + 5)
 
         # The five notifies reached one process; the other three heard nothing at all.
-        heard = {
-            w.config.worker_id: w.listener.statistics().received - received[w] for w in workers
-        }
+        heard = {w.config.worker_id: _wake_notifies(w) - received[w] for w in workers}
         assert heard == {w.config.worker_id: 5 if w is on_call else 0 for w in workers}
         assert on_call.statistics().claimed == 5
         assert all(w.statistics().claims == claims[w] for w in workers if w is not on_call)
@@ -476,3 +481,50 @@ async def test_a_failed_job_is_claimed_when_its_backoff_ends_not_at_the_next_pol
             row = await wait_done(queue, enq.job_id)
         assert row.status == "done" and row.dequeue_count == 2
         assert worker.statistics().failed == 1
+
+
+async def test_answers_ride_in_notifies_only_while_no_one_else_could_hear_them(
+    queue: QueueClient, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker checks at boot who could LISTEN without the right to read the queue,
+    and again every NOTIFY_PRIVACY_SECONDS: a database closed to PUBLIC later lets
+    answers ride; a role granted CONNECT later takes them out again."""
+    monkeypatch.setattr(service, "NOTIFY_PRIVACY_SECONDS", 0.1)
+    role = f"overhear_{uuid.uuid4().hex[:8]}"
+    listener = db.listener([done_channel("surface-probe")])
+    heard: list[str] = []
+
+    async def record() -> None:
+        async for event in listener.events:
+            if isinstance(event, Notification):
+                heard.append(event.payload)
+
+    async def answered(value: str) -> str:
+        enq = await submit(queue, "probe", "echo", {"value": value})
+        assert (await wait_done(queue, enq.job_id)).status == "done"
+        await wait_until(lambda: any(p.startswith(str(enq.job_id)) for p in heard))
+        return next(p for p in heard if p.startswith(str(enq.job_id)))
+
+    async with trio.open_nursery() as nursery, running_worker(queue):
+        await nursery.start(listener.run)
+        nursery.start_soon(record)
+        assert not queue.answers_in_notify  # Postgres's default: PUBLIC may connect
+        assert len(await answered("open")) == 36  # the id alone
+
+        await db.execute(CLOSE_TO_PUBLIC)
+        await wait_until(lambda: queue.answers_in_notify)
+        _, carried = parse_done_notify(await answered("closed"))
+        assert carried is not None and carried.result["data"]["echo"] == "closed"
+
+        await db.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            await db.execute(
+                f"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO {role}', "
+                "current_database()); END $$"
+            )
+            await wait_until(lambda: not queue.answers_in_notify)
+            assert len(await answered("overheard")) == 36
+        finally:
+            await db.execute(f"DROP OWNED BY {role}")
+            await db.execute(f"DROP ROLE {role}")
+        nursery.cancel_scope.cancel()
