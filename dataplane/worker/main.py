@@ -22,7 +22,7 @@ from dataplane.observability.metrics import initialise
 from dataplane.observability.otel import prometheus_text, setup_telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.types import SUFFIXES
-from dataplane.runtime import freeze_startup_heap, thaw_heap
+from dataplane.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
@@ -98,7 +98,8 @@ async def _serve_worker(
             client_db=client_db,
             reporter=reporter,
         )
-        freeze_startup_heap("worker")  # booted: full collections skip what lives on
+        # Booted: full collections skip what lives on; young ones are spaced out.
+        freeze_startup_heap("worker", young_threshold=WORKER_YOUNG_THRESHOLD)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_signals, worker)
