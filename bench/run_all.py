@@ -202,6 +202,12 @@ BEFORE_AFTER = [
     "| 6,596 jobs/s; 111.5 µs | 7,695 jobs/s; 94.5 µs | `bench/worker.py --only drain "
     "--concurrency default`; collections per 20,000-job drain 250 -> 60 ms "
     "(`gc.callbacks`): `results/worker-drain.md` |",
+    "| the on-call task asleep through jobs, trio-asyncio's ready handles run without a "
+    "scope each (2026-12-03 06:45-07:10, alternated): worker Python calls per idle job "
+    "(cProfile, exact); drain median of 6, jobs/s and µs CPU per job; idle `Prefer` p50 ms "
+    "| 2,675; 7,634, 96.5; 5.92, 4.66, 3.10 | 2,282; 8,353, 85; 3.51, 5.50, 3.01 | "
+    "`bench/idle_path.py` under cProfile, `bench/worker.py --only drain --concurrency "
+    "default`, `bench/prefer_wait.py`: `results/idle-steps.md` |",
 ]
 
 

@@ -80,6 +80,9 @@ class OnCall:
         self._turn = trio.CancelScope()  # the current state's wait; stop() cancels it
         # whether the listener listens on the channel (the worker creates it listening)
         self._listening = True
+        # in the state that stands until a slot change or the lock says otherwise
+        self._settled = False
+        self.turns = 0  # decisions taken (each one a pass of run's loop)
 
     @property
     def on_call(self) -> bool:
@@ -90,7 +93,13 @@ class OnCall:
         return self.lock.held or self.degraded
 
     def slots_changed(self) -> None:
-        """A claim was taken or a slot freed: maybe go on call, maybe step down."""
+        """A claim was taken or a slot freed: maybe go on call, maybe step down.
+
+        While the state stands (on call with a free slot, or off call and full) a
+        change that keeps it so wakes nothing: at idle every job took and freed a slot,
+        and each woke this task for nothing (2.5 turns per job)."""
+        if self._settled and (self.free_slots() > 0) == self.lock.held:
+            return
         self._changed.set()
 
     def stop(self) -> None:
@@ -105,6 +114,7 @@ class OnCall:
         failures = 0
         try:
             while not self._stopping:
+                self.turns += 1
                 self._changed = trio.Event()
                 with self._new_turn():
                     try:
@@ -115,7 +125,11 @@ class OnCall:
                         else:
                             self.degraded = False
                             await self._follow()
-                            await self._changed.wait()
+                            self._settled = True
+                            try:
+                                await self._changed.wait()
+                            finally:
+                                self._settled = False
                         failures = 0
                     except DatabaseError as exc:
                         self.degraded = True

@@ -469,6 +469,34 @@ async def test_at_idle_an_enqueue_costs_the_worker_on_call_one_claim(queue: Queu
             assert worker.statistics().claims - before == 1
 
 
+async def test_at_idle_a_job_takes_no_turn_of_the_on_call_task(queue: QueueClient) -> None:
+    """On call with free slots, a job taking and freeing a slot changes nothing to
+    decide: the on-call task stays asleep (it woke two or three times per job)."""
+    async with running_worker(queue, **NO_POLLS) as (worker, _):
+        await wait_until(lambda: worker.oncall.on_call and _hears_wake(worker))
+        await worker.claimer.wait_idle_claims(1)
+        turns = worker.oncall.turns
+        for i in range(5):
+            enq = await submit(queue, "probe", "echo", {"value": f"quiet-{i}"})
+            assert (await wait_done(queue, enq.job_id)).status == "done"
+        await wait_until(lambda: worker.statistics().in_flight == 0)
+        assert worker.statistics().done == 5
+        assert worker.oncall.turns == turns
+
+
+async def test_a_full_worker_still_steps_down_and_takes_the_call_back(
+    queue: QueueClient,
+) -> None:
+    """The changes that matter still wake it: full for STEP_DOWN_AFTER, the worker lets
+    the call go; a slot free again, it takes the call back."""
+    async with running_worker(queue, concurrency=1, **NO_POLLS) as (worker, _):
+        await wait_until(lambda: worker.oncall.on_call and _hears_wake(worker))
+        enq = await submit(queue, "probe", "sleep", {"ms": 500})
+        await wait_until(lambda: not worker.oncall.on_call)  # full: stepped down
+        assert (await wait_done(queue, enq.job_id)).status == "done"
+        await wait_until(lambda: worker.oncall.on_call)  # a slot free: on call again
+
+
 async def test_a_failed_job_is_claimed_when_its_backoff_ends_not_at_the_next_poll(
     queue: QueueClient,
 ) -> None:
