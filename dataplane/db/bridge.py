@@ -8,7 +8,7 @@ loop context of their own. :func:`run_on_loop` is one bridge crossing.
 
 A crossing costs Trio scheduler passes, and on a 2-core host at idle each pass
 is tens of microseconds (an ``epoll_wait`` and the scheduler's bookkeeping, with
-cold caches). Two of trio-asyncio's generic steps are not needed here, so the
+cold caches). Three of trio-asyncio's generic steps are not needed here, so the
 bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``):
 
 * the way back: trio-asyncio's ``run_aio_coroutine`` wakes the Trio caller from a
@@ -19,7 +19,10 @@ bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``
   socket is ready, runs the callback, then queues one more handle and waits for
   the loop to reach it (``synchronize``), and is cancelled (an exception unwound)
   by ``remove_reader``. :func:`wait_fd` spawns one plain waiter in a nursery the
-  bridge owns (:func:`open_bridge`), which resolves the asyncio future and ends.
+  bridge owns (:func:`open_bridge`), which resolves the asyncio future and ends;
+* the loop's step: trio-asyncio's loop task takes one handle per step, each inside a
+  cancel scope and after a checkpoint; here ready handles run in a row
+  (:func:`_lean_loop_step`, ``bench/results/idle-steps.md``).
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the
