@@ -135,6 +135,7 @@ class Worker:
             queue.db, interval=config.sample_seconds, types=[config.queue_type]
         )
         self._stopping = False
+        self._starting = trio.CancelScope()  # until every service has started
         self._jobs_scope = trio.CancelScope()
 
     @property
@@ -146,18 +147,25 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until :meth:`stop`; returns once in-flight work is finished or released."""
         async with trio.open_nursery() as services:
-            await services.start(self._watch_notify_privacy)
-            await services.start(self.listener.run)
-            services.start_soon(self._dispatch_notifications)
-            await services.start(self.completer.run)
-            await services.start(self.oncall.run)
-            services.start_soon(self.leases.run)
-            services.start_soon(self.executor.deadlines.run)
-            services.start_soon(self.maintenance.run)
-            services.start_soon(self.sampler.run)
-            reporter_run = getattr(self.reporter, "run", None)
-            if reporter_run is not None:
-                await services.start(reporter_run)
+            # Starting can wait on the queue DB (the listener's first LISTEN); a stop
+            # meanwhile ends it, and the worker with it (it has claimed nothing yet).
+            with self._starting:
+                await services.start(self._watch_notify_privacy)
+                await services.start(self.listener.run)
+                services.start_soon(self._dispatch_notifications)
+                await services.start(self.completer.run)
+                await services.start(self.oncall.run)
+                services.start_soon(self.leases.run)
+                services.start_soon(self.executor.deadlines.run)
+                services.start_soon(self.maintenance.run)
+                services.start_soon(self.sampler.run)
+                reporter_run = getattr(self.reporter, "run", None)
+                if reporter_run is not None:
+                    await services.start(reporter_run)
+            if self._stopping:
+                log.info("worker %s stopped while starting", self.config.worker_id)
+                services.cancel_scope.cancel()
+                return
             log.info(
                 "worker %s serving %s (concurrency %d)",
                 self.config.worker_id,
@@ -220,6 +228,7 @@ class Worker:
         if self._stopping:
             return
         self._stopping = True
+        self._starting.cancel()  # still starting (waiting on the queue DB): stop there
         self._jobs_scope.deadline = trio.current_time() + self.config.shutdown_grace_seconds
         self.claimer.stop()
         self.oncall.stop()

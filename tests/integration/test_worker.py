@@ -13,8 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from dataplane.db import Database, Notification
+from dataplane.db import Database, DatabaseConfig, Notification, open_database
 from dataplane.db.lock import SessionLock
+from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient, done_channel, parse_done_notify, wake_channel
 from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import (
@@ -556,3 +557,27 @@ async def test_answers_ride_in_notifies_only_while_no_one_else_could_hear_them(
             await db.execute(f"DROP OWNED BY {role}")
             await db.execute(f"DROP ROLE {role}")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_stopped_while_its_queue_db_is_gone_at_start_stops(bridge: Any) -> None:
+    """The queue DB went away between the boot check and the listener's first LISTEN
+    (nothing listens on the port): a stop, as SIGTERM or Ctrl-C sends, ends the
+    starting worker. It used to wait for the listener to connect, for ever."""
+    dsn = f"host=127.0.0.1 port={free_port()} user=postgres dbname=postgres"
+    async with open_database(DatabaseConfig(dsn, pool_size=2), loop=bridge) as db:
+        queue = QueueClient(db)
+        worker = Worker(
+            WorkerConfig(queue_type="surface-probe", worker_id="w-gone"),
+            probe.SURFACE,
+            queue,
+            client_db=None,
+            reporter=Reports(),
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            await trio.sleep(0.5)  # the listener has failed and waits to retry
+            assert not worker.listener.connected
+            worker.stop()
+            nursery.cancel_scope.deadline = trio.current_time() + 5
+        assert not nursery.cancel_scope.cancelled_caught  # ended by the stop, not here
+        assert worker.statistics().claims == 0
