@@ -303,20 +303,15 @@ async def until_signalled(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 # -- housekeeping SQL ---------------------------------------------------------------
 
 
-#: The queue database closed to PUBLIC, as README recommends: only then does a done
-#: notify carry a small answer (``QueueClient.check_notify_privacy``), so the stacks
-#: measure that path (the worker's completion builds each answer's notify).
-CLOSE_TO_PUBLIC = (
-    "DO $$ BEGIN EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', "
-    "current_database()); END $$"
-)
-
-
 def close_to_public(dsn: str) -> None:
-    """:data:`CLOSE_TO_PUBLIC` on ``dsn``'s database (its own blocking connection); a
-    role that does not own it leaves it as it is (the notifies then name jobs alone)."""
+    """``dsn``'s queue database closed to PUBLIC, as README recommends: only then does a
+    done notify carry a small answer (``QueueClient.check_notify_privacy``), so the
+    stacks measure that path. A role that does not own it leaves it as it is (the
+    notifies then name jobs alone). Its own blocking connection."""
+    from dataplane.db import q  # here: the witness process (this file) needs none of it
+
     try:
-        _admin_sync(dsn, [CLOSE_TO_PUBLIC])
+        _admin_sync(dsn, [q("database_close_to_public")])
     except psycopg.errors.InsufficientPrivilege as exc:
         print(f"note: queue DB left open to PUBLIC ({exc}); done notifies name jobs alone")
 

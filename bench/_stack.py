@@ -67,7 +67,7 @@ def stack_env(
 
 def migrate_schema(env: Mapping[str, str]) -> str:
     """``dataplane migrate`` as a child process, then the database closed to PUBLIC
-    (``bench._common.CLOSE_TO_PUBLIC``); the migration's output."""
+    (``bench._common.close_to_public``); the migration's output."""
     done = subprocess.run(
         [sys.executable, "-m", "dataplane", "migrate"],
         env=dict(env),

@@ -64,7 +64,6 @@ from dataplane_lms.demo_db import create_demo_db
 from psycopg import sql as pgsql
 
 from bench._common import (
-    CLOSE_TO_PUBLIC,
     RESULTS_DIR,
     Server,
     describe,
@@ -90,7 +89,7 @@ from bench._procs import (
     postmaster_pid,
     wait_serving_blocking,
 )
-from dataplane.db import DatabaseConfig, open_bridge, open_database, q
+from dataplane.db import DatabaseConfig, close_to_public, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import MAX_DEQUEUES, done_channel, to_json
 from dataplane.queue.migrations import migrate
@@ -297,7 +296,7 @@ async def _setup(queue_dsn: str, demo_name: str) -> str:
         cfg = DatabaseConfig(queue_dsn, pool_size=1, application_name="bench-worker")
         async with open_database(cfg) as db:
             await migrate(db)
-            await db.execute(CLOSE_TO_PUBLIC)  # as README recommends (the answer notify)
+            await close_to_public(db)  # as README recommends (the answer notify)
         ro_dsn: str = await create_demo_db(
             queue_dsn,
             name=demo_name,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataplane.db import Database
+from dataplane.db import close_to_public as close_queue_db
 from dataplane.dev.embedded import free_port
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import EnqueueResult, QueueClient
@@ -41,18 +42,10 @@ async def session_locks(db: Database) -> tuple[int, int]:
     return int(row["held"]), int(row["waiting"])
 
 
-#: Close the current database to PUBLIC (run by its owner): only then may a done
-#: notify carry a small answer (QueueClient.check_notify_privacy).
-CLOSE_TO_PUBLIC = (
-    "DO $$ BEGIN EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', "
-    "current_database()); END $$"
-)
-
-
 async def close_to_public(queue: QueueClient) -> None:
     """The test's queue DB closed to PUBLIC, and the client told: small answers ride
     in done notifies from now on."""
-    await queue.db.execute(CLOSE_TO_PUBLIC)
+    await close_queue_db(queue.db)
     assert await queue.check_notify_privacy() == []
     assert queue.answers_in_notify
 

@@ -11,7 +11,7 @@ errors become the project's (:mod:`dataplane.errors`).
 * :mod:`~dataplane.db.sql`: the named statements of ``sql/queries/*.sql``.
 """
 
-from dataplane.db.admin import ensure_database, revoke_public_connect
+from dataplane.db.admin import close_to_public, ensure_database
 from dataplane.db.bridge import current_loop, open_bridge, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, translate, with_params
 from dataplane.db.listener import (
@@ -38,12 +38,12 @@ __all__ = [
     "Notification",
     "PoolStatistics",
     "check_channel",
+    "close_to_public",
     "current_loop",
     "ensure_database",
     "open_bridge",
     "open_database",
     "q",
-    "revoke_public_connect",
     "run_on_loop",
     "translate",
     "with_params",

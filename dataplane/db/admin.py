@@ -18,10 +18,8 @@ async def ensure_database(admin: Database, name: str) -> bool:
     return True
 
 
-async def revoke_public_connect(admin: Database, name: str) -> None:
-    """Only roles granted CONNECT (and superusers) may connect to database ``name``.
-    LISTEN needs no privilege, so this is what keeps a done notify's answer from
-    roles that may not read the queue (``QueueClient.check_notify_privacy``)."""
-    await admin.execute(
-        pgsql.SQL(q("database_revoke_public_connect")).format(name=pgsql.Identifier(name))
-    )
+async def close_to_public(db: Database) -> None:
+    """Only roles granted CONNECT (and superusers) may connect to ``db``'s database (run
+    by its owner). LISTEN needs no privilege, so this is what keeps a done notify's
+    answer from roles that may not read the queue (``QueueClient.check_notify_privacy``)."""
+    await db.execute(q("database_close_to_public"))

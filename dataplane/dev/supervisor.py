@@ -38,10 +38,10 @@ from dataplane.bff.auth import mint_token
 from dataplane.config import from_env
 from dataplane.db import (
     DatabaseConfig,
+    close_to_public,
     ensure_database,
     open_bridge,
     open_database,
-    revoke_public_connect,
     with_params,
 )
 from dataplane.dev.children import Child, supervise
@@ -89,12 +89,12 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | No
     async with open_bridge():
         async with open_database(DatabaseConfig(admin, pool_size=1)) as db:
             await ensure_database(db, QUEUE_DB)
-            # Dev's processes connect as the superuser; nobody else hears a done notify,
-            # so small answers ride in it (QueueClient.check_notify_privacy).
-            await revoke_public_connect(db, QUEUE_DB)
         queue_dsn = with_params(admin, dbname=QUEUE_DB)
         async with open_database(DatabaseConfig(queue_dsn, pool_size=1)) as db:
             applied = await migrate(db)
+            # Dev's processes connect as the superuser; nobody else hears a done notify,
+            # so small answers ride in it (QueueClient.check_notify_privacy).
+            await close_to_public(db)
             say(f"queue DB ready ({len(applied)} migration(s) applied)")
         ro_dsn = None
         for package, build in builders[:1]:

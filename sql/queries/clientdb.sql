@@ -121,7 +121,9 @@ SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;
 -- Create a database ({name} is an Identifier).
 CREATE DATABASE {name};
 
--- name: database_revoke_public_connect
--- Close a database to PUBLIC: only granted roles and superusers connect ({name} is an
--- Identifier).
-REVOKE CONNECT ON DATABASE {name} FROM PUBLIC;
+-- name: database_close_to_public
+-- Close the current database to PUBLIC: only granted roles and superusers connect (run
+-- by its owner).
+DO $$ BEGIN
+    EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', current_database());
+END $$;

@@ -13,7 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from dataplane.db import Database, DatabaseConfig, Notification, open_database
+from dataplane.db import (
+    Database,
+    DatabaseConfig,
+    Notification,
+    close_to_public,
+    open_database,
+)
 from dataplane.db.lock import SessionLock
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient, done_channel, parse_done_notify, wake_channel
@@ -28,7 +34,7 @@ from dataplane.surfaces.manifest import (
 from dataplane.worker import JobReport, Worker, WorkerConfig, service
 from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
-from tests.helpers import CLOSE_TO_PUBLIC, NORTH, STAFF, envelope, session_locks, submit
+from tests.helpers import NORTH, STAFF, envelope, session_locks, submit
 
 
 class Reports:
@@ -540,7 +546,7 @@ async def test_answers_ride_in_notifies_only_while_no_one_else_could_hear_them(
         assert not queue.answers_in_notify  # Postgres's default: PUBLIC may connect
         assert len(await answered("open")) == 36  # the id alone
 
-        await db.execute(CLOSE_TO_PUBLIC)
+        await close_to_public(db)
         await wait_until(lambda: queue.answers_in_notify)
         _, carried = parse_done_notify(await answered("closed"))
         assert carried is not None and carried.result["data"]["echo"] == "closed"
