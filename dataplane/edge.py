@@ -44,7 +44,7 @@ import hypercorn.protocol
 import hypercorn.trio.tcp_server as hypercorn_tcp_server
 import sniffio
 import trio
-from hypercorn.events import RawData
+from hypercorn.events import Closed, RawData
 from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 from opentelemetry import context as otel_context
@@ -229,35 +229,42 @@ class DeferredContinueH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection = _DeferredContinueConnection(self.connection)  # type: ignore[assignment]
-        self._head = b""  # a response's status line and headers, not sent yet
+        self._held = b""  # bytes of a response not written yet (they lead the next write)
 
     async def _send_h11_event(self, event: Any) -> None:
         # A sized response's head leaves with its body (or its end): one socket write
-        # instead of two. Its body follows at once; a stream's head (no Content-Length:
-        # its first event may be minutes away) is never held.
-        if type(event) is _H11.Response and any(
-            name == b"content-length" for name, _ in event.headers
-        ):
-            try:
-                self._head += self.connection.send(event) or b""
-            except _H11.LocalProtocolError:
-                if self.connection.their_state != _H11.ERROR:
-                    raise
-            return
-        head, self._head = self._head, b""
+        # instead of two. A stream's head (no Content-Length: its first event may be
+        # minutes away) or body part is held only when the route corked it
+        # (cork_next_write): the part that follows is known to come at once.
+        kind = type(event)
+        if kind is _H11.Response or kind is _H11.Data:
+            exchange = _EXCHANGE.get()
+            corked = exchange is not None and exchange.corked
+            if corked or (
+                kind is _H11.Response and any(n == b"content-length" for n, _ in event.headers)
+            ):
+                if corked:
+                    exchange.corked = False  # type: ignore[union-attr]
+                try:
+                    self._held += self.connection.send(event) or b""
+                except _H11.LocalProtocolError:
+                    if self.connection.their_state != _H11.ERROR:
+                        raise
+                return
+        held, self._held = self._held, b""
         try:
-            data = head + (self.connection.send(event) or b"")
+            data = held + (self.connection.send(event) or b"")
         except _H11.LocalProtocolError:
             if self.connection.their_state != _H11.ERROR:
                 raise
-            data = head
+            data = held
         if data:
             await self.send(RawData(data=data))
 
     async def stream_send(self, event: Any) -> None:
-        if isinstance(event, StreamClosed) and self._head:  # never lose a held head
-            head, self._head = self._head, b""
-            await self.send(RawData(data=head))
+        if isinstance(event, StreamClosed) and self._held:  # never lose held bytes
+            held, self._held = self._held, b""
+            await self.send(RawData(data=held))
         await super().stream_send(event)
 
     async def send_continue(self) -> None:
@@ -322,6 +329,63 @@ def lean_keep_alive_timer() -> None:
     trio server has no ``TrioSingleTask`` to replace (its layout changed)."""
     if isinstance(getattr(hypercorn_tcp_server, "TrioSingleTask", None), type):
         setattr(hypercorn_tcp_server, "TrioSingleTask", KeepAliveTimer)  # noqa: B010
+
+
+_stock_protocol_send: Callable[[Any, Any], Awaitable[None]] | None = None
+
+
+async def lean_protocol_send(server: Any, event: Any) -> None:
+    """Hypercorn's ``TCPServer.protocol_send``, but bytes that the socket takes at once
+    leave without a scheduler pass.
+
+    Stock Hypercorn takes its send lock (a checkpoint) and sends through Trio's
+    ``send_all`` (another: every Trio socket call that succeeds is followed by a
+    schedule point), so each write of a response costs its task two trips through
+    the scheduler and the resumption of the whole ASGI call chain twice. Here, when
+    no other write of the connection is under way (the lock is free: nothing can be
+    interleaved, and the write is atomic under Trio), the bytes go to the
+    non-blocking socket directly. What it does not take at once (a full send buffer)
+    follows by the stock path, under the lock, shielded once a part is out (the stock
+    path is cancellable only before its first byte); a broken connection is handled
+    as the stock path handles it. TLS streams and every other event take the stock
+    path. Measured with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
+    """
+    stock = _stock_protocol_send
+    assert stock is not None
+    if type(event) is RawData and not server.send_lock.locked():
+        stream = server.stream
+        sock = getattr(stream, "socket", None)  # a TLS stream has none: stock path
+        if isinstance(stream, trio.SocketStream) and sock is not None:
+            fd = sock.fileno()
+            data = event.data
+            if fd >= 0 and not sock.did_shutdown_SHUT_WR and data:
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:  # reset or broken: as send_all's BrokenResourceError
+                    await server.protocol.handle(Closed())
+                    return
+                if sent >= len(data):
+                    return
+                if sent:  # the rest must follow, cancelled or not: the lock keeps order
+                    with trio.CancelScope(shield=True):
+                        await stock(server, RawData(data=data[sent:]))
+                    return
+    await stock(server, event)
+
+
+def lean_socket_send() -> None:
+    """Make Hypercorn's trio connections write with :func:`lean_protocol_send`
+    (once; later calls do nothing, so a wrapper installed since stays). Left alone
+    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed)."""
+    global _stock_protocol_send
+    server = getattr(hypercorn_tcp_server, "TCPServer", None)
+    current = getattr(server, "protocol_send", None)
+    if _stock_protocol_send is not None or server is None or current is None:
+        return
+    _stock_protocol_send = current
+    server.protocol_send = lean_protocol_send
 
 
 def continue_hook(scope: dict[str, Any], send: Send) -> SendContinue | None:
@@ -470,6 +534,7 @@ class Exchange:
     __slots__ = (
         "client",
         "coalesced",
+        "corked",
         "ended",
         "error_type",
         "finished",
@@ -499,6 +564,7 @@ class Exchange:
         self.span: Span | None = None
         self.ended = False  # the answer's last byte went out
         self.finished = False
+        self.corked = False  # hold the response's next part for the one after it
 
     def note(
         self,
@@ -660,6 +726,18 @@ def note(
         exchange.note(job_id=job_id, client=client, coalesced=coalesced)
 
 
+def cork_next_write() -> None:
+    """Hold this response's next part (its head, or a body part) until the part after
+    it, so both leave in one socket write: for a route that knows the next part follows
+    at once (a stream whose first event is ready; a stream's last event, which the
+    body's end follows). Nothing is lost by a response that ends otherwise: held bytes
+    lead whatever is written next, and go out when the stream closes. Nothing outside
+    a request served by :class:`RequireTrio` over HTTP/1.1."""
+    exchange = _EXCHANGE.get()
+    if exchange is not None:
+        exchange.corked = True
+
+
 def _from_headers(scope: dict[str, Any]) -> tuple[str, int, str | None]:
     """``server.address`` and ``server.port`` (from ``Host``, else the socket), and the
     caller's ``traceparent``, in one pass over the headers."""
@@ -751,6 +829,7 @@ class RequireTrio:
         self.message = message
         defer_100_continue()
         lean_keep_alive_timer()
+        lean_socket_send()
         route_hypercorn_logs()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:

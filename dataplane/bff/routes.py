@@ -32,12 +32,13 @@ from dataplane.bff.jobs import (
 )
 from dataplane.bff.openapi import openapi_document
 from dataplane.bff.plane import BffState, Plane
-from dataplane.bff.sse import EVENT_FINAL, job_events
+from dataplane.bff.sse import EVENT_FINAL, EVENT_QUEUED, job_events
 from dataplane.bff.tokens import StreamGrant
 from dataplane.bff.urls import poll_url, stream_url
 from dataplane.db import q
 from dataplane.edge import (
     ApiError,
+    cork_next_write,
     current_exchange,
     json_response,
     note,
@@ -282,6 +283,8 @@ async def stream(surface_id: str, job_id: str) -> Response:
     if last_id >= EVENT_FINAL:
         p.pump.discard(waiter)
         return Response("", status=204)  # the browser has the answer: stop reconnecting
+    if row.finished or last_id < EVENT_QUEUED:
+        cork_next_write()  # the first event is ready: the head leaves with it
     events = job_events(p, row, target.grant, last_id, waiter, exchange)
     resp = Response(events, mimetype="text/event-stream")
     resp.headers["Cache-Control"] = "no-cache"

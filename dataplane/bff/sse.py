@@ -26,7 +26,7 @@ from dataplane.bff.jobs import answer, traceparent_of
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.tokens import StreamGrant
-from dataplane.edge import Exchange
+from dataplane.edge import Exchange, cork_next_write
 from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow
@@ -60,7 +60,7 @@ async def job_events(
     try:
         if row.finished:
             _ended(exchange, row)
-            yield _final(p, row, grant, parent, retry=True)
+            yield _last(_final(p, row, grant, parent, retry=True))
             return
         if last_id < EVENT_QUEUED:
             queued = {"jobId": str(row.id), "status": row.status}
@@ -72,16 +72,23 @@ async def job_events(
                 finished = await waiter.wait()
             if finished is not None:
                 _ended(exchange, finished)
-                yield _final(p, finished, grant, parent, retry=False)
+                yield _last(_final(p, finished, grant, parent, retry=False))
                 return
             if trio.current_time() >= deadline:
                 instruments().stream_timeouts.add(1, {QUEUE_TYPE: row.type})
                 _ended(exchange, row, "TIMEOUT", p.config.sse_deadline_seconds)
-                yield _timeout(row)
+                yield _last(_timeout(row))
                 return
             yield b": keep-alive\n\n"
     finally:
         p.pump.discard(waiter)
+
+
+def _last(event: bytes) -> bytes:
+    """The stream's last event: it leaves in one socket write with the body's end,
+    which follows it at once (``edge.cork_next_write``)."""
+    cork_next_write()
+    return event
 
 
 EVENTS = {"poison": "POISON", "cancelled": "CANCELLED"}  # span events of a final row
