@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from quart import request
@@ -22,6 +23,7 @@ from dataplane.bff.urls import blob_url
 from dataplane.edge import ApiError, note
 from dataplane.envelope import Auth
 from dataplane.errors import DatabaseUnavailable
+from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
 from dataplane.queue import JobRow, StoredBlob
 from dataplane.surfaces.manifest import Surface
 
@@ -100,6 +102,28 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     )
     if row is None:
         raise ApiError(404, "no such job")
+    return row
+
+
+def known_answer(p: Plane, surface: Surface, target: JobTarget) -> JobRow | None:
+    """The job's finished row as its done notify carried it to the reply pump
+    (:meth:`~dataplane.bff.pump.ReplyPump.answered`), for a caller holding the job's
+    URL token; else None (read the row: :func:`read_job`).
+
+    A URL token is minted by the POST that enqueued the job or attached to it, for
+    that request's owner (client and scope key, which the job's dedupe key includes),
+    and :func:`job_target` has checked it names this job, surface and tier: the owner
+    check the statement would make is the token's. The row must be of the surface's
+    queue type and of the surface, as a read would require."""
+    if target.grant is None:
+        return None
+    row = p.pump.answered(target.job_id)
+    if row is None or row.type != p.queue_type(surface).name:
+        return None
+    if row.payload.get("surface") != surface.id:
+        return None
+    if isinstance(row.result, dict) and "blobRef" in row.result:
+        return None  # its URL is signed for the owner, who is in the row (never carried)
     return row
 
 
@@ -187,6 +211,15 @@ def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
     out["cache"] = result.get("cache", "bypass")
     out["coalesced"] = bool(result.get("coalesced")) or attached
     return out | _timings(row)
+
+
+def record_end_to_end(row: JobRow) -> None:
+    """``dataplane.end_to_end``: enqueue to the answer handed over (in a stream's final
+    event or a ``Prefer: wait`` POST's 200), in seconds, by queue type and outcome."""
+    instruments().end_to_end.record(
+        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds()),
+        {QUEUE_TYPE: row.type, OUTCOME: row.status},
+    )
 
 
 def _blob_ref(p: Plane, row: JobRow, stored: dict[str, Any], attached: bool) -> dict[str, Any]:

@@ -35,19 +35,17 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import trio
 from quart import Response, request
 from werkzeug.http import parse_list_header, parse_options_header, unquote_header_value
 
-from dataplane.bff.jobs import answer
+from dataplane.bff.jobs import answer, record_end_to_end
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Heard, ReplyPump
 from dataplane.bff.tokens import StreamGrant
 from dataplane.edge import json_response
 from dataplane.errors import DatabaseError
-from dataplane.observability.metrics import instruments
 from dataplane.queue import JobRow, QueueClient
 
 log = logging.getLogger(__name__)
@@ -98,11 +96,16 @@ async def wait_finished(
     The pump's waiter, added first, then at most one row read: none when
     ``heard_before`` (:meth:`ReplyPump.heard` read before the job could finish) lets
     the pump tell that the job's notify has not gone by (:meth:`ReplyPump.may_have_missed`;
-    then the waiter alone hears the finish). The waiter is discarded however this ends (an
-    answer, the time up, or the request cancelled by a client that went away)."""
+    then the waiter alone hears the finish), nor when the notify that went by carried
+    the answer (:meth:`ReplyPump.answered`; the caller enqueued the job: it is its
+    owner). The waiter is discarded however this ends (an answer, the time up, or the
+    request cancelled by a client that went away)."""
     waiter = pump.add(job_id)
     try:
         if heard_before is None or pump.may_have_missed(job_id, heard_before):
+            carried = pump.answered(job_id)  # it went by, carrying the answer
+            if carried is not None:
+                return carried
             try:
                 rows = await queue.get_finished_many([job_id])
             except DatabaseError as exc:  # the waiter still hears the notify or the sweep
@@ -134,18 +137,10 @@ async def respond(
         if row is not None:
             resp = json_response(answer(p, row, grant), 200)
             resp.headers["Content-Location"] = queued.headers["Location"]
-            _record_end_to_end(row)
+            record_end_to_end(row)
     if prefer.respond_async and resp is queued:
         applied.insert(0, "respond-async")
     if applied:
         resp.headers["Preference-Applied"] = ", ".join(applied)
     resp.vary.add("Prefer")
     return resp
-
-
-def _record_end_to_end(row: JobRow) -> None:
-    """End-to-end time of an answer given in the POST, as the stream records its own."""
-    instruments().end_to_end.record(
-        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds() * 1000),
-        {"surface": str(row.payload.get("surface")), "status": row.status},
-    )

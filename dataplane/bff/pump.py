@@ -5,9 +5,9 @@ on every served surface's done channel, and a waiter map job id -> waiters.
 
 * On a notify for a job with waiters, every waiter of that job gets its finished
   row: carried in the notify itself for a small answer
-  (:func:`~dataplane.queue.parse_done_notify`), else read **once** (notifies that
-  arrive together are read with one statement). Notifies for jobs nobody here
-  waits on cost nothing (a carried answer is not even parsed).
+  (:func:`~dataplane.queue.split_done_notify`), else read **once** (notifies that
+  arrive together are read with one statement). A notify for a job nobody here
+  waits on costs its id's parse: a carried answer is kept as text, not parsed.
 * Every ``sweep_seconds`` the rows of all waited-on jobs are re-read, which
   covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
   runs at once. The listener pings its connection when quiet, so a silently
@@ -21,6 +21,10 @@ on every served surface's done channel, and a waiter map job id -> waiters.
   :meth:`ReplyPump.may_have_missed` whether that job's notify went by before its
   waiter was added: only then is the row check needed. Under load, other jobs'
   notifies no longer cost every ``Prefer: wait`` POST a row read.
+* With them it keeps the answers those notifies carried (:meth:`ReplyPump.answered`):
+  a stream or a poll that comes for a job after its answer went by is answered from
+  it, without reading the row (a finished row never changes). Under load, most
+  streams open after their job has finished.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
 from dataplane.errors import DatabaseError
 from dataplane.observability.metrics import track_waiters
 from dataplane.observability.tracing import context_from, messaging, tracer
-from dataplane.queue import JobRow, QueueClient, done_channel, parse_done_notify
+from dataplane.queue import JobRow, QueueClient, done_channel, split_done_notify
 
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000  # job ids per statement
-RECENT_NOTIFIES = 4096  # job ids of the last notifies remembered (see may_have_missed)
+# The last notifies remembered (may_have_missed), with the answers they carried
+# (answered): an answer rides only up to DONE_NOTIFY_INLINE_MAX bytes, so a few MB.
+RECENT_NOTIFIES = 4096
 QUIET_CHANNEL = "dataplane_no_surfaces"  # nobody notifies it
 
 
@@ -125,8 +131,9 @@ class ReplyPump:
         track_waiters(self)
         self._sweep_now = trio.Event()
         self._counters = _Counters()
-        # job id -> the number of its latest notify (1-based), oldest first; bounded
-        self._recent: OrderedDict[uuid.UUID, int] = OrderedDict()
+        # job id -> the number of its latest notify (1-based) and the answer it carried
+        # (JSON text, not parsed) or None; oldest first, bounded
+        self._recent: OrderedDict[uuid.UUID, tuple[int, str | None]] = OrderedDict()
         self._recent_max = max(1, recent_notifies)
         self._forgotten = 0  # the number of the newest notify dropped from _recent
 
@@ -181,12 +188,22 @@ class ReplyPump:
             return True
         return job_id in self._recent
 
-    def _remember(self, job_id: uuid.UUID) -> None:
+    def answered(self, job_id: uuid.UUID) -> JobRow | None:
+        """The finished row of ``job_id`` when one of the notifies still remembered
+        carried its answer (made now from the kept text), else None: then read the row.
+        The row's owner is not in it (:meth:`JobRow.from_done_notify`): the caller
+        knows the caller may see the job by other means (a URL token minted for it)."""
+        entry = self._recent.get(job_id)
+        if entry is None or entry[1] is None:
+            return None
+        return JobRow.from_done_notify(job_id, entry[1])
+
+    def _remember(self, job_id: uuid.UUID, carried: str | None) -> None:
         recent = self._recent
-        recent[job_id] = self._counters.notifies
+        recent[job_id] = (self._counters.notifies, carried)
         recent.move_to_end(job_id)
         while len(recent) > self._recent_max:
-            self._forgotten = recent.popitem(last=False)[1]
+            self._forgotten = recent.popitem(last=False)[1][0]
 
     def statistics(self) -> PumpStatistics:
         c = self._counters
@@ -226,13 +243,14 @@ class ReplyPump:
                 elif isinstance(event, Notification):
                     self._counters.notifies += 1
                     try:
-                        job_id, row = parse_done_notify(event.payload)
+                        job_id, carried = split_done_notify(event.payload)
                     except ValueError:
                         log.warning("pump: notify with a bad job id %r", event.payload[:100])
                         continue
-                    self._remember(job_id)
+                    self._remember(job_id, carried)
                     if job_id not in self._waiters:
                         continue
+                    row = None if carried is None else JobRow.from_done_notify(job_id, carried)
                     if row is None:  # the notify names the job: read its row
                         wanted.add(job_id)
                     else:  # it carries the answer

@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
 from opentelemetry import trace
 
-from dataplane.bff.jobs import answer, traceparent_of
+from dataplane.bff.jobs import answer, record_end_to_end, traceparent_of
 from dataplane.bff.plane import Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.tokens import StreamGrant
 from dataplane.edge import Exchange, cork_next_write
-from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
+from dataplane.observability.metrics import QUEUE_TYPE, instruments
 from dataplane.observability.tracing import context_from, messaging, tracer
 from dataplane.queue import JobRow
 
@@ -50,18 +49,21 @@ async def job_events(
     row: JobRow,
     grant: StreamGrant | None,
     last_id: int,
-    waiter: Waiter,
+    waiter: Waiter | None,
     exchange: Exchange | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream's body. ``waiter`` was added before ``row`` was read, so a finish
-    since is not missed; it is discarded when the stream ends, however it ends.
-    ``exchange``: the stream's request, told how the stream ends."""
+    since is not missed; it is discarded when the stream ends, however it ends. A
+    finished ``row`` needs none. ``exchange``: the stream's request, told how the
+    stream ends."""
     parent = context_from(traceparent_of(row))
     try:
         if row.finished:
             _ended(exchange, row)
             yield _last(_final(p, row, grant, parent, retry=True))
             return
+        if waiter is None:
+            raise ValueError("a stream of an unfinished job needs its waiter")
         if last_id < EVENT_QUEUED:
             queued = {"jobId": str(row.id), "status": row.status}
             yield event("queued", EVENT_QUEUED, queued, retry=True)
@@ -81,7 +83,8 @@ async def job_events(
                 return
             yield b": keep-alive\n\n"
     finally:
-        p.pump.discard(waiter)
+        if waiter is not None:
+            p.pump.discard(waiter)
 
 
 def _last(event: bytes) -> bytes:
@@ -159,8 +162,5 @@ def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, ret
             out = event("error", EVENT_FINAL, data, retry=retry)
         else:
             out = event("done", EVENT_FINAL, body, retry=retry)
-    instruments().end_to_end.record(
-        max(0.0, (datetime.now(UTC) - row.created_at).total_seconds()),
-        {QUEUE_TYPE: row.type, OUTCOME: row.status},
-    )
+    record_end_to_end(row)
     return out

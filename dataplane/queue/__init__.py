@@ -30,6 +30,7 @@ from dataplane.queue.records import (
     Poisoned,
     StoredBlob,
     parse_done_notify,
+    split_done_notify,
     to_json,
 )
 from dataplane.queue.types import (
@@ -67,6 +68,7 @@ __all__ = [
     "check_queue_type",
     "done_channel",
     "parse_done_notify",
+    "split_done_notify",
     "to_json",
     "wake_channel",
 ]

@@ -189,7 +189,7 @@ class JobRow:
 
     @classmethod
     def from_done_notify(cls, job_id: uuid.UUID, text: str) -> JobRow | None:
-        """The row a ``done`` notify carries (see :func:`parse_done_notify`), or None if
+        """The row a ``done`` notify carries (see :func:`split_done_notify`), or None if
         ``text`` is not such an answer. It holds what an answer and its trace need: of
         the envelope, only ``surface`` and ``traceparent``; ``dedupe_key`` is empty,
         ``locked_by`` None and ``available_at`` the creation time (not carried)."""
@@ -220,20 +220,28 @@ class JobRow:
 DONE_NOTIFY_INLINE_MAX = 1024  # bytes of a result's JSON its done notify may carry
 
 
-def parse_done_notify(payload: str) -> tuple[uuid.UUID, JobRow | None]:
-    """The job id of a done notify, and the finished row when the notify carries it.
+def split_done_notify(payload: str) -> tuple[uuid.UUID, str | None]:
+    """The job id of a done notify, and the answer's JSON text when the notify carries
+    one, not parsed (:meth:`JobRow.from_done_notify` makes the row of it).
 
     ``job_complete`` sends ``<job id>`` alone, or, for a small answer (result JSON of at
     most :data:`DONE_NOTIFY_INLINE_MAX` bytes, no blob), ``<job id> <answer JSON>``; the
     fail, cancel and poison paths send the id alone. :class:`ValueError` if the id is
-    not one. A carried answer that does not parse counts as not carried (the caller
-    reads the row)."""
+    not one."""
     job_id = uuid.UUID(payload[:36])
     if len(payload) == 36:
         return job_id, None
     if payload[36] != " ":
         raise ValueError(f"not a done notify: {payload[:60]!r}")
-    return job_id, JobRow.from_done_notify(job_id, payload[37:])
+    return job_id, payload[37:]
+
+
+def parse_done_notify(payload: str) -> tuple[uuid.UUID, JobRow | None]:
+    """The job id of a done notify, and the finished row when the notify carries it
+    (:func:`split_done_notify`, then the row). A carried answer that does not parse
+    counts as not carried (the caller reads the row)."""
+    job_id, text = split_done_notify(payload)
+    return job_id, None if text is None else JobRow.from_done_notify(job_id, text)
 
 
 def job_uuid(value: uuid.UUID | str) -> uuid.UUID:

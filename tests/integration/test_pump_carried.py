@@ -24,6 +24,7 @@ from dataplane.queue import (
     parse_done_notify,
 )
 from dataplane.queue.records import ClaimedJob
+from tests.conftest import wait_until
 from tests.helpers import close_to_public, submit
 
 TYPE = "surface-probe"
@@ -185,6 +186,7 @@ async def test_a_queue_db_open_to_public_hears_the_job_id_alone(
     assert (pump.statistics().carried, pump.statistics().reads) == (0, 1)
     [payload] = await _heard(listener, 1)
     assert payload == str(got.id)
+    assert pump.answered(got.id) is None  # nothing carried: nothing kept
 
 
 async def test_a_role_that_may_connect_but_not_read_the_queue_keeps_answers_out(
@@ -220,3 +222,59 @@ async def test_a_role_that_may_connect_but_not_read_the_queue_keeps_answers_out(
     finally:
         await queue.db.execute(f"DROP OWNED BY {role}")
         await queue.db.execute(f"DROP ROLE {role}")
+
+
+async def _finished_unwaited(queue: QueueClient, pump: ReplyPump, value: str, result: Any) -> Any:
+    """Enqueue and complete a job nobody waits on; return once the pump heard it."""
+    heard = pump.statistics().notifies
+    enq = await submit(queue, "probe", "echo", {"value": value})
+    [job] = await queue.claim(TYPE, "test-worker")
+    await queue.complete(job, result)
+    await wait_until(lambda: pump.statistics().notifies > heard, within=10)
+    return enq.job_id
+
+
+async def test_answers_that_went_by_unwaited_are_kept_for_a_later_caller(
+    queue: QueueClient, nursery: trio.Nursery, closed: None
+) -> None:
+    """A stream or a poll that comes after the answer went by (most do, under load) is
+    answered from what the notify carried; a large answer (not carried) is not kept,
+    and the oldest answers go with their notifies past ``recent_notifies``."""
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP, recent_notifies=2)
+    await nursery.start(pump.run)
+    first = await _finished_unwaited(queue, pump, "first", {"data": "one"})
+    kept = pump.answered(first)
+    read = await queue.get(first)
+    assert kept is not None and read is not None
+    _same_answer(kept, read)
+    large = await _finished_unwaited(queue, pump, "large", {"data": "z" * DONE_NOTIFY_INLINE_MAX})
+    assert pump.answered(large) is None
+    assert pump.answered(uuid.uuid4()) is None  # never heard
+    await _finished_unwaited(queue, pump, "third", {"data": 3})  # pushes "first" out
+    assert pump.answered(first) is None
+    assert pump.statistics().reads == 0  # nobody waited: nothing was read
+
+
+async def test_a_prefer_wait_whose_answer_went_by_before_its_waiter_reads_no_row(
+    queue: QueueClient, nursery: trio.Nursery, closed: None
+) -> None:
+    """The job's notify came between the pump's ``heard`` (before the enqueue) and the
+    waiter: it carried the answer, so ``wait_finished`` needs no row read."""
+    from dataplane.bff.prefer import wait_finished
+
+    pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
+    await nursery.start(pump.run)
+    before = pump.heard()
+    job_id = await _finished_unwaited(queue, pump, "raced", {"data": "raced"})
+    assert pump.may_have_missed(job_id, before)
+    reads: list[Any] = []
+    read = queue.get_finished_many
+
+    async def counted(ids: Any) -> Any:
+        reads.append(ids)
+        return await read(ids)
+
+    queue.get_finished_many = counted  # type: ignore[method-assign]
+    row = await wait_finished(pump, queue, job_id, 5.0, heard_before=before)
+    assert row is not None and row.result == {"data": "raced"}
+    assert reads == []

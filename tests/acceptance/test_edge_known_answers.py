@@ -1,0 +1,179 @@
+"""A stream or a poll that comes after its job's answer went by in the done notify is
+answered from the reply pump, without reading the row (real BFF in this process, real
+Postgres, real notifies; the queue DB closed to PUBLIC, so answers ride in them).
+
+Only for a caller with the job's URL token: a bearer JWT's request reads the row, which
+matches the owner; a poison park (the notify names the job alone) reads the row too.
+The answer is the one the row gives. ``dataplane.end_to_end`` is recorded in seconds,
+by queue type and outcome, however the answer is handed over (stream or ``Prefer``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+
+from dataplane.bff.plane import Plane
+from dataplane.observability import metrics
+from dataplane.queue import QueueClient
+from tests.acceptance.conftest import start_bff
+from tests.acceptance.test_bff_faults import plane_of
+from tests.conftest import wait_until
+from tests.helpers import bearer, close_to_public, read_sse, token
+
+STAFF = token(staff=True, sub="boss")
+TYPE = "surface-probe"
+
+
+class Bff:
+    def __init__(self, http: httpx.AsyncClient, plane: Plane) -> None:
+        self.http = http
+        self.plane = plane
+
+
+@pytest.fixture
+def reader(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryMetricReader]:
+    """The BFF's metrics, recorded in memory (its instruments made anew)."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(otel_metrics, "get_meter", provider.get_meter)
+    metrics.instruments.cache_clear()
+    yield reader
+    metrics.instruments.cache_clear()
+    provider.shutdown()
+
+
+@pytest.fixture
+async def bff(
+    bff_env: dict[str, str],
+    nursery: trio.Nursery,
+    queue: QueueClient,
+    reader: InMemoryMetricReader,
+) -> AsyncIterator[Bff]:
+    await close_to_public(queue)  # answers ride in the done notifies `queue` sends
+    base, app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        yield Bff(http, plane_of(app))
+    shutdown.set()
+
+
+@pytest.fixture
+def row_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids the BFF reads an owned row of (the real read still runs)."""
+    reads: list[str] = []
+    read = QueueClient.get_owned
+
+    async def counted(self: QueueClient, job_id: Any, **kwargs: Any) -> Any:
+        reads.append(str(job_id))
+        return await read(self, job_id, **kwargs)
+
+    monkeypatch.setattr(QueueClient, "get_owned", counted)
+    return reads
+
+
+async def finished_and_heard(
+    bff: Bff, queue: QueueClient, value: str, *, fail: bool = False
+) -> Any:
+    """POST a probe echo (202), finish its job as a worker would (completed with a small
+    answer, or failed for good), and wait until the BFF's pump heard the notify."""
+    heard = bff.plane.pump.statistics().notifies
+    resp = await bff.http.post(
+        "/api/probe/q",
+        json={"operation": "echo", "params": {"value": value}},
+        headers=bearer(STAFF),
+    )
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    [job] = await queue.claim(TYPE, "test-worker")
+    assert str(job.id) == body["jobId"]
+    if fail:  # every attempt fails: parked as poison at the cutoff (its notify: the id)
+        while await queue.fail(job, "boom", backoff_seconds=0) != "poison":
+            [job] = await queue.claim(TYPE, "test-worker")
+    else:
+        await queue.complete(job, {"data": {"echo": value}})
+    await wait_until(lambda: bff.plane.pump.statistics().notifies > heard, within=10)
+    return body
+
+
+async def test_a_stream_and_a_poll_after_the_answer_went_by_read_no_row(
+    bff: Bff, queue: QueueClient, row_reads: list[str]
+) -> None:
+    body = await finished_and_heard(bff, queue, "went by")
+    assert bff.plane.pump.answered(uuid.UUID(body["jobId"])) is not None
+    status, _, events = await read_sse(bff.http, body["streamUrl"])
+    assert status == 200 and [e.name for e in events] == ["done"]
+    streamed = events[0].json
+    poll = await bff.http.get(body["pollUrl"])
+    assert poll.status_code == 200
+    assert row_reads == []  # neither read the row
+    # The answer is the row's: the same poll by bearer JWT reads it, and agrees.
+    by_jwt = await bff.http.get(f"/api/probe/q/{body['jobId']}", headers=bearer(STAFF))
+    assert by_jwt.status_code == 200 and row_reads == [body["jobId"]]
+    assert streamed == poll.json() == by_jwt.json()
+    assert streamed["result"] == {"echo": "went by"} and streamed["timings"]
+
+
+async def test_a_token_for_another_surface_or_an_unheard_job_reads_as_before(
+    bff: Bff, queue: QueueClient, row_reads: list[str]
+) -> None:
+    body = await finished_and_heard(bff, queue, "checked")
+    elsewhere = body["pollUrl"].replace("/api/probe/", "/api/users/")
+    assert (await bff.http.get(elsewhere)).status_code == 404  # the token names probe
+    failed = await finished_and_heard(bff, queue, "parked", fail=True)
+    status, _, events = await read_sse(bff.http, failed["streamUrl"])
+    assert status == 200 and [e.name for e in events] == ["error"]
+    assert events[0].json["code"] == "POISON"
+    assert row_reads == [failed["jobId"]]  # the poison notify carried no answer: read
+
+
+def _end_to_end(reader: InMemoryMetricReader) -> list[HistogramDataPoint]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return [
+        point
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "dataplane.end_to_end"
+        for point in m.data.data_points  # type: ignore[union-attr]
+    ]
+
+
+async def test_end_to_end_is_seconds_by_queue_type_and_outcome_either_way(
+    bff: Bff, queue: QueueClient, reader: InMemoryMetricReader
+) -> None:
+    t0 = time.monotonic()
+    body = await finished_and_heard(bff, queue, "streamed")
+    status, _, _ = await read_sse(bff.http, body["streamUrl"])
+    assert status == 200
+
+    async def finish_when_waited() -> None:
+        await wait_until(lambda: bff.plane.pump.statistics().waiters == 1, within=10)
+        [job] = await queue.claim(TYPE, "test-worker")
+        await queue.complete(job, {"data": 1})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(finish_when_waited)
+        resp = await bff.http.post(
+            "/api/probe/q",
+            json={"operation": "echo", "params": {"value": "preferred"}},
+            headers={**bearer(STAFF), "Prefer": "wait=10"},
+        )
+    elapsed = time.monotonic() - t0
+    assert resp.status_code == 200, resp.text
+    [point] = _end_to_end(reader)  # one series: both answers, the same attributes
+    assert dict(point.attributes or {}) == {
+        "messaging.destination.name": TYPE,
+        "dataplane.outcome": "done",
+    }
+    assert point.count == 2
+    assert 0 < point.sum <= elapsed  # seconds (milliseconds would exceed the wall time)
