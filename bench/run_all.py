@@ -254,7 +254,62 @@ def render(runs: list[dict[str, Any]]) -> str:
     herd_run = load("worker-herd")
     herd = _newest_herd(w, herd_run)
     machine = next((d["machine"] for d in r.values() if d.get("machine")), {})
+    e_load = e.get("load", {})
+    sse_bff = e_load.get("cpu_ms_per_e2e", {}).get("bff")
+    hello_cpu = e.get("hello", {}).get("cpu_ms_per_request", {}).get("hello")
+    pw_load = pw.get("load", {}).get("prefer", {}) if pw else {}
+    prefer_bff = pw_load.get("cpu_ms_per_answer", {}).get("bff")
+    e2e_rps, prefer_rps = e.get("e2e_rps"), pw.get("load_prefer_rps") if pw else None
+    sse_share = e2e_rps / (hello / 2) if e2e_rps and hello else None
+    prefer_share = prefer_rps / (hello / 2) if prefer_rps and hello else None
+
+    def in_hellos(ms: float | None) -> str:
+        return f" (= {ms / hello_cpu:.1f} hello-world requests)" if ms and hello_cpu else ""
+
     rows: list[tuple[str, str, str, str, str]] = [
+        (
+            "BFF CPU per answer at 32 clients, `Prefer: wait` (one request; the default client"
+            " path), in hello-world requests of `bench/e2e.py`'s run",
+            "≤ 1.5 ms",
+            _fmt(prefer_bff, " ms") + in_hellos(prefer_bff),
+            _check(prefer_bff, lambda v: v <= 1.5),
+            "prefer_wait",
+        ),
+        (
+            "BFF CPU per answer at 32 clients, POST + SSE stream (two requests), in hello-world"
+            f" requests of the same run ({_fmt(hello_cpu, ' ms')} CPU each)",
+            "≤ 1.5 ms",
+            _fmt(sse_bff, " ms") + in_hellos(sse_bff),
+            _check(sse_bff, lambda v: v <= 1.5),
+            "e2e",
+        ),
+        (
+            "answers per second per BFF process at 32 clients, against hello-world ÷ 2:"
+            " POST + SSE (same run) / `Prefer: wait` (`bench/prefer_wait.py`'s run)",
+            "≥ 50 %",
+            (
+                f"{_fmt(e.get('e2e_rps'))} / {_fmt(pw.get('load_prefer_rps'))} answers/s = "
+                f"{sse_share:.0%} / {prefer_share:.0%} of {_fmt(hello / 2)}"
+                if sse_share is not None and prefer_share is not None and hello
+                else "—"
+            ),
+            _check(sse_share, lambda v: v >= 0.5),
+            "e2e",
+        ),
+        (
+            "drain through one `dataplane worker` at its default settings (`probe.echo`):"
+            " jobs/s; worker CPU per job",
+            "≥ 6,000 jobs/s; ≤ 100 µs",
+            f"{_fmt(w.get('drain_default_jobs_per_s'), ' jobs/s')}; "
+            f"{_fmt(w.get('drain_default_cpu_us_per_job'), ' µs')}",
+            _check(
+                (w.get("drain_default_jobs_per_s"), w.get("drain_default_cpu_us_per_job"))
+                if w.get("drain_default_jobs_per_s")
+                else None,
+                lambda v: v[0] >= 6000 and v[1] <= 100,
+            ),
+            "worker",
+        ),
         (
             "enqueue → 202 (POST), p50",
             "≤ 3 ms",
