@@ -208,6 +208,16 @@ BEFORE_AFTER = [
     "| 2,675; 7,634, 96.5; 5.92, 4.66, 3.10 | 2,282; 8,353, 85; 3.51, 5.50, 3.01 | "
     "`bench/idle_path.py` under cProfile, `bench/worker.py --only drain --concurrency "
     "default`, `bench/prefer_wait.py`: `results/idle-steps.md` |",
+    "| the BFF's writes without a scheduler pass, a stream's head and last event corked, an "
+    "answer that went by kept by the pump, one task per request (2026-12-03 10:05, both "
+    "codes serving at once, 10 rounds): BFF CPU ms per answer at 32 clients, SSE / "
+    "`Prefer` | 2.641 / 1.373 | 2.351 / 1.332 (b/a 0.890 / 0.970; medians of rounds 0.844 / "
+    "0.943) | `bench/bff_ab.py --base <worktree at 5730478>`: `results/lean-send.md` |",
+    "| `bench/e2e.py`, fast hours of the host (08:06 at `5730478`, 10:13 after; not "
+    "alternated): e2e req/s at 32 clients (hello-world's); BFF CPU per e2e; POST → SSE "
+    "done p50 / p99 | 548 (2,517); 1.78 ms; 3.75 / 6.84 ms | 745 (2,322); 1.32 ms; 3.61 / "
+    "6.27 ms | a slow hour's run at 10:11 after: 461 (1,152); 2.10 ms: "
+    "`results/lean-send.md` |",
 ]
 
 
