@@ -12,8 +12,13 @@
   close as HTTP says (:func:`shield_final_send`) and ``100 Continue`` wait until the
   app reads the body (:class:`DeferredContinueH11Protocol`, :class:`ContinueRequest`);
   both work around Hypercorn/Quart-Trio defects described in ``docs/known-issues.md``;
-  a response's head leaves in the same socket write as its first body bytes; and the
-  keep-alive timer restarts without a lock or a start handshake (:class:`KeepAliveTimer`);
+  a response's head leaves in the same socket write as its first body bytes (a stream's
+  too, and its last event with the body's end, when the route corks them:
+  :func:`cork_next_write`); bytes the socket takes at once leave without a scheduler
+  pass (:func:`lean_protocol_send`); and the keep-alive timer restarts without a lock
+  or a start handshake (:class:`KeepAliveTimer`);
+* :class:`OneTaskHTTPConnection`: Quart-Trio's HTTP connection running the handler in
+  the request's own task (the app's ``asgi_http_class``);
 * :class:`Exchange`: each request observed — :func:`server_span` routes get an HTTP
   server span ending with the answer's last byte (a stream's end), and every request
   one ``dataplane.access`` log line;
