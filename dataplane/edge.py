@@ -358,7 +358,8 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
     """
     stock = _stock_protocol_send
     assert stock is not None
-    if type(event) is RawData and not server.send_lock.locked():
+    lock = getattr(server, "send_lock", None)  # a Hypercorn without one: the stock path
+    if type(event) is RawData and lock is not None and not lock.locked():
         stream = server.stream
         sock = getattr(stream, "socket", None)  # a TLS stream has none: stock path
         if isinstance(stream, trio.SocketStream) and sock is not None:
