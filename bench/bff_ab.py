@@ -213,8 +213,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": now_iso(),
         "machine": machine,
         "config": {
-            "a": {"tree": str(base), "commit": commit_of(base)},
-            "b": {"tree": str(here), "commit": commit_of(here)},
+            # commits, not paths: the trees are wherever the runner put them
+            "a": {"tree": "the --base worktree", "commit": commit_of(base)},
+            "b": {"tree": "this checkout", "commit": commit_of(here)},
             "clients": CLIENTS,
             "seconds_per_slice": args.seconds,
             "warm_s_per_slice": WARM_S,
