@@ -18,7 +18,7 @@ from quart import request
 
 from dataplane.bff.auth import AuthError
 from dataplane.bff.plane import Plane
-from dataplane.bff.tokens import StreamGrant
+from dataplane.bff.tokens import StreamGrant, requester_of
 from dataplane.bff.urls import blob_url
 from dataplane.edge import ApiError, note
 from dataplane.envelope import Auth
@@ -60,6 +60,7 @@ class JobTarget:
     client: str
     scope_key: str
     grant: StreamGrant | None
+    requester: str  # tokens.requester_of the caller: who a withdrawal is counted for
 
 
 def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
@@ -72,7 +73,8 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
     if not token:
         auth = bearer(p)
         note(job_id=str(jid), client=auth.client)
-        return JobTarget(jid, auth.client, auth.scope_key, None)
+        requester = requester_of(auth.client, auth.user_id)
+        return JobTarget(jid, auth.client, auth.scope_key, None, requester)
     try:
         grant = p.tokens.check(token)
     except AuthError as exc:
@@ -84,7 +86,7 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
     ):
         raise ApiError(404, "no such job")
     note(job_id=str(jid), client=grant.client, coalesced=grant.coalesced)
-    return JobTarget(jid, grant.client, grant.scope_key, grant)
+    return JobTarget(jid, grant.client, grant.scope_key, grant, grant.requester)
 
 
 async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:

@@ -35,7 +35,7 @@ from dataplane.bff.openapi import openapi_document
 from dataplane.bff.plane import BffState, Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.sse import EVENT_FINAL, EVENT_QUEUED, job_events
-from dataplane.bff.tokens import StreamGrant
+from dataplane.bff.tokens import StreamGrant, requester_of
 from dataplane.bff.urls import poll_url, stream_url
 from dataplane.db import q
 from dataplane.edge import (
@@ -176,6 +176,7 @@ async def enqueue(surface_id: str) -> Response:
         auth.scope_key,
         result.coalesced,
         p.config.queue_suffix,
+        requester_of(auth.client, auth.user_id),
     )
     token = p.tokens.mint(grant)
     body = {
@@ -224,16 +225,19 @@ async def poll(surface_id: str, job_id: str) -> Response:
 @routes.delete("/api/<surface_id>/q/<job_id>")
 @server_span("/api/{surface}/q/{jobId}")
 async def cancel(surface_id: str, job_id: str) -> Response:
-    """Withdraw this request from a pending job; the last requester cancels it."""
+    """Withdraw this requester from a pending job; the last requester cancels it. A
+    requester withdraws once: a repeated DELETE (with the URL token or the bearer JWT)
+    answers what the first did and withdraws nobody else."""
     p = plane()
     surface = surface_of(p, surface_id)
-    row = await read_job(p, surface, job_target(p, surface, job_id))
+    target = job_target(p, surface, job_id)
+    row = await read_job(p, surface, target)
     link_job(row)
-    outcome = await queue_call(p.queue.cancel(row.id))
+    outcome = await queue_call(p.queue.cancel(row.id, target.requester))
     if outcome.status == "cancelled":
         instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
         return json_response({"jobId": str(row.id), "status": "cancelled"})
-    if outcome.status == "pending":  # coalesced requests keep the job alive
+    if outcome.status in ("pending", "withdrawn"):  # coalesced requesters keep the job alive
         body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}
         return json_response(body, 202)
     current = await queue_call(p.queue.get(row.id))

@@ -5,6 +5,12 @@ short-lived HMAC-SHA256-signed token bound to one job id and to the caller's
 surface, client, scope key and tier, signed with a key of the BFF's
 (``DATAPLANE_STREAM_SECRET``, else derived from the JWT secret). They are not JWTs:
 a fixed format is cheaper to mint and check on every request.
+
+A token also names its *requester* (:func:`requester_of`: a digest of the caller's
+client and user id, never the id itself), so a withdrawal (``DELETE``) is counted once
+per requester, whether it comes with the URL token or the bearer JWT. Tokens of the
+previous format (``s2``, minted before requesters were named) are still honoured
+until they expire; they stand for a requester of their own.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from dataplane.errors import ConfigError, InvalidArgument
 
 STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid
 STREAM_AUDIENCE = "dataplane-stream"
-STREAM_TOKEN_VERSION = "s2"  # s2: bound to the tier as well
+STREAM_TOKEN_VERSION = "s3"  # s2: bound to the tier as well; s3: and the requester
+PREVIOUS_VERSION = "s2"
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -34,6 +41,14 @@ class StreamGrant:
     scope_key: str
     coalesced: bool
     tier: str = ""  # the BFF's queue suffix: a live token never reads a dev job
+    requester: str = ""  # requester_of(the caller): who withdraws with this token
+
+
+def requester_of(client: str, user_id: str) -> str:
+    """Who a request is from, as a withdrawal counts it: a digest of the caller's client
+    and user id (a token carries it; user ids are not put in URLs)."""
+    digest = hashlib.sha256(f"requester|{client}|{user_id}".encode()).digest()
+    return _b64(digest[:16])
 
 
 class StreamTokens:
@@ -66,6 +81,7 @@ class StreamTokens:
             "1" if grant.coalesced else "0",
             grant.tier,
             str(expires),
+            grant.requester,
         ]
         if any("|" in f for f in fields):
             raise InvalidArgument("stream token fields may not contain '|'")
@@ -83,16 +99,18 @@ class StreamTokens:
         if not hmac.compare_digest(mac, self._sign(body)):
             raise AuthError("invalid stream token: bad signature")
         parts = body.decode("utf-8", "replace").split("|")
-        if len(parts) != 8 or parts[0] != STREAM_TOKEN_VERSION:
+        if len(parts) == 8 and parts[0] == PREVIOUS_VERSION:  # no requester: its own
+            parts.append("t" + _b64(hashlib.sha256(body).digest()[:15]))
+        elif len(parts) != 9 or parts[0] != STREAM_TOKEN_VERSION:
             raise AuthError("invalid stream token: unknown format")
-        _v, job_id, surface, client, scope, coalesced, tier, expires = parts
+        _v, job_id, surface, client, scope, coalesced, tier, expires, requester = parts
         try:
             expired = int(expires) + LEEWAY_SECONDS < time.time()
         except ValueError:
             raise AuthError("invalid stream token: bad expiry") from None
         if expired:
             raise AuthError("stream token expired")
-        return StreamGrant(job_id, surface, client, scope, coalesced == "1", tier)
+        return StreamGrant(job_id, surface, client, scope, coalesced == "1", tier, requester)
 
     def _sign(self, body: bytes) -> bytes:
         return hmac.new(self._key, STREAM_AUDIENCE.encode() + b"|" + body, hashlib.sha256).digest()

@@ -288,13 +288,19 @@ class QueueClient:
         status: str = row["status"]
         return status
 
-    async def cancel(self, job_id: uuid.UUID | str) -> CancelResult:
-        """One requester withdraws from a pending job; the last one cancels it.
+    async def cancel(self, job_id: uuid.UUID | str, requester: str) -> CancelResult:
+        """``requester`` withdraws from a pending job; the last requester cancels it.
 
-        A running or finished job is not touched (``CancelResult.status`` is then
-        ``None``: read the row to say what it is).
+        A requester withdraws once: a second call by the same one changes nothing and
+        answers ``"withdrawn"`` with the requesters left. A running or finished job is
+        not touched (``CancelResult.status`` is then ``None``: read the row to say what
+        it is).
         """
-        row = await self.db.fetchone(q("job_cancel"), {"id": job_uuid(job_id)})
+        if not isinstance(requester, str) or not requester:
+            raise InvalidArgument("requester must be a non-empty string")
+        row = await self.db.fetchone(
+            q("job_cancel"), {"id": job_uuid(job_id), "requester": requester}
+        )
         if row is None:
             return CancelResult(None, 0)
         return CancelResult(row["status"], row["requesters"])

@@ -50,7 +50,8 @@ FINISHED_STATUSES = ("done", "poison", "cancelled")
 @dataclass(frozen=True, slots=True)
 class CancelResult:
     """What a cancel did: ``"cancelled"``; ``"pending"`` (other requesters keep the job,
-    ``requesters`` of them); or ``None`` (not pending: running, finished or unknown)."""
+    ``requesters`` of them); ``"withdrawn"`` (this requester had withdrawn already:
+    nothing changed); or ``None`` (not pending: running, finished or unknown)."""
 
     status: str | None
     requesters: int

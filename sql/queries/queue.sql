@@ -277,22 +277,33 @@ UNLISTEN {channel};
 SELECT 1;
 
 -- name: job_cancel
--- The requester withdraws from a pending job: one requester fewer, and the job is
--- cancelled (its streams hear of it on the done channel) when none is left. A
--- running or finished job is left alone; the answer says what the row now is.
+-- A requester withdraws from a pending job: one requester fewer, and the job is
+-- cancelled (its streams hear of it on the done channel) when none is left. Each
+-- requester withdraws once (`withdrawn` names those who did): a second withdrawal by
+-- the same one changes nothing and answers 'withdrawn'. A running or finished job is
+-- left alone; the answer says what the row now is.
 WITH c AS (
     UPDATE maestro_queues q
     SET requesters = q.requesters - 1,
+        withdrawn = array_append(q.withdrawn, %(requester)s::text),
         status = CASE WHEN q.requesters <= 1 THEN 'cancelled' ELSE q.status END,
         completed_at = CASE WHEN q.requesters <= 1 THEN now() END
     WHERE q.id = %(id)s AND q.status = 'pending'
+      AND NOT (%(requester)s::text = ANY (coalesce(q.withdrawn, '{}')))
     RETURNING q.id, q.type, q.status, q.requesters
+), again AS (
+    SELECT q.id, 'withdrawn'::text AS status, q.requesters
+    FROM maestro_queues q
+    WHERE q.id = %(id)s AND q.status = 'pending'
+      AND %(requester)s::text = ANY (q.withdrawn)
 )
 SELECT c.id, c.status, c.requesters
 FROM c
 LEFT JOIN LATERAL (
     SELECT pg_notify(maestro_done_channel(c.type), c.id::text) WHERE c.status = 'cancelled'
-) AS n ON true;
+) AS n ON true
+UNION ALL
+SELECT again.id, again.status, again.requesters FROM again;
 
 -- name: job_get_owned
 -- One job for its owner only (the BFF's poll, stream and blob reads): the type (which

@@ -137,6 +137,42 @@ async def test_cancel_a_pending_job_ends_its_stream_and_it_never_runs(
     shutdown.set()
 
 
+async def test_a_requester_withdraws_once_however_often_it_deletes(
+    bff_env: dict[str, str],
+    nursery: trio.Nursery,
+    spawn_worker: Callable[..., Any],
+) -> None:
+    """alice and bob (one client, one scope) coalesce on one job; alice's repeated
+    DELETEs, with her URL token or her bearer JWT, withdraw her once: bob's stream gets
+    the answer. (They used to cancel the job under bob.)"""
+    alice = token(staff=True, sub="alice")
+    bob = token(staff=True, sub="bob")
+    base, _app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:  # no worker yet
+        mine = (await post(http, "probe", "echo", {"value": "both"}, alice)).json()
+        theirs = (await post(http, "probe", "echo", {"value": "both"}, bob)).json()
+        assert theirs["coalesced"] and theirs["jobId"] == mine["jobId"]
+        async with trio.open_nursery() as streams:
+            finals: list[Any] = []
+
+            async def listen() -> None:
+                _, _, events = await read_sse(http, theirs["streamUrl"])
+                finals.append(events[-1])
+
+            streams.start_soon(listen)
+            for delete in (
+                http.delete(mine["pollUrl"]),
+                http.delete(mine["pollUrl"]),
+                http.delete(f"/api/probe/q/{mine['jobId']}", headers=bearer(alice)),
+            ):
+                withdrawn = await delete
+                assert withdrawn.status_code == 202, withdrawn.text
+                assert withdrawn.json()["requesters"] == 1
+            await spawn_worker()
+        assert finals[0].name == "done" and finals[0].json["result"]["echo"] == "both"
+    shutdown.set()
+
+
 async def test_a_coalesced_job_is_not_cancelled_by_one_of_its_requesters(
     bff_env: dict[str, str],
     nursery: trio.Nursery,
