@@ -304,16 +304,14 @@ async def until_signalled(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 
 def close_to_public(dsn: str) -> None:
-    """``dsn``'s queue database closed to PUBLIC, as README recommends: only then does a
-    done notify carry a small answer (``QueueClient.check_notify_privacy``), so the
-    stacks measure that path. A role that does not own it leaves it as it is (the
-    notifies then name jobs alone). Its own blocking connection."""
+    """``dsn``'s queue database closed to PUBLIC, as README recommends. A role that does
+    not own it leaves it as it is. Its own blocking connection."""
     from dataplane.db import q  # here: the witness process (this file) needs none of it
 
     try:
         _admin_sync(dsn, [q("database_close_to_public")])
     except psycopg.errors.InsufficientPrivilege as exc:
-        print(f"note: queue DB left open to PUBLIC ({exc}); done notifies name jobs alone")
+        print(f"note: queue DB left open to PUBLIC ({exc})")
 
 
 def _admin_sync(dsn: str, statements: Sequence[str | tuple[str, Any]]) -> list[Any]:

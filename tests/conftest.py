@@ -23,6 +23,7 @@ from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
 from dataplane.queue import QueueClient, QueueConfig
 from dataplane.queue.migrations import migrate
+from tests.helpers import NOTIFY_SECRET
 
 TEMPLATE = f"dataplane_template_{os.getpid()}"
 
@@ -111,7 +112,9 @@ async def db(queue_dsn: str, bridge: Any) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def queue(db: Database) -> QueueClient:
-    return QueueClient(db, QueueConfig())
+    """The test's queue client; it seals small answers into done notifies as the tests'
+    workers do (``DATAPLANE_NOTIFY_SECRET``), and opens them as their BFFs do."""
+    return QueueClient(db, QueueConfig(notify_secret=NOTIFY_SECRET))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataplane.db import Database
-from dataplane.db import close_to_public as close_queue_db
 from dataplane.dev.embedded import free_port
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import EnqueueResult, QueueClient
@@ -40,14 +39,6 @@ async def session_locks(db: Database) -> tuple[int, int]:
     )
     assert row is not None
     return int(row["held"]), int(row["waiting"])
-
-
-async def close_to_public(queue: QueueClient) -> None:
-    """The test's queue DB closed to PUBLIC, and the client told: small answers ride
-    in done notifies from now on."""
-    await close_queue_db(queue.db)
-    assert await queue.check_notify_privacy() == []
-    assert queue.answers_in_notify
 
 
 async def submit(
@@ -119,6 +110,8 @@ class WorkerProcess:
 
 
 JWT_SECRET = "test-secret-that-is-long-enough-for-hs256!"
+# DATAPLANE_NOTIFY_SECRET of the tests' workers and BFFs: small answers ride sealed.
+NOTIFY_SECRET = "test-notify-secret-at-least-32-characters"
 
 
 def token(

@@ -4,10 +4,15 @@ One per BFF process, owning a dedicated LISTEN connection (never from the pool)
 on every served surface's done channel, and a waiter map job id -> waiters.
 
 * On a notify for a job with waiters, every waiter of that job gets its finished
-  row: carried in the notify itself for a small answer
-  (:func:`~dataplane.queue.split_done_notify`), else read **once** (notifies that
-  arrive together are read with one statement). A notify for a job nobody here
-  waits on costs its id's parse: a carried answer is kept as text, not parsed.
+  row: carried in the notify itself for a small answer, sealed by the worker
+  (:mod:`dataplane.queue.seal`), else read **once** (notifies that arrive together
+  are read with one statement). A notify for a job nobody here waits on costs its
+  id's parse: a carried answer is kept sealed, not opened.
+* Nothing in a notify is trusted unverified: anyone who may connect to the queue
+  database may ``NOTIFY``. A carried answer that does not open with the notify
+  secret, or whose note does not parse, is not delivered: the row is read instead,
+  and the pump counts it (``rejected``, metric ``dataplane.notify.rejected``). A
+  payload that names no job is counted and dropped. No notify can end the pump.
 * Every ``sweep_seconds`` the rows of all waited-on jobs are re-read, which
   covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
   runs at once. The listener pings its connection when quiet, so a silently
@@ -24,7 +29,11 @@ on every served surface's done channel, and a waiter map job id -> waiters.
 * With them it keeps the answers those notifies carried (:meth:`ReplyPump.answered`):
   a stream or a poll that comes for a job after its answer went by is answered from
   it, without reading the row (a finished row never changes). Under load, most
-  streams open after their job has finished.
+  streams open after their job has finished. An answer is served from memory only
+  within :data:`ANSWER_MAX_AGE` of its completion, and none heard before a row of
+  the queue was deleted (``maestro_queues``' delete trigger notifies
+  :data:`~dataplane.queue.ROWS_DELETED_CHANNEL`): a row an operator deleted is not
+  answered from memory.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import trio
 from opentelemetry.trace import SpanKind
@@ -43,9 +53,15 @@ from dataplane.bff.config import SWEEP_SECONDS
 from dataplane.db import Gap, Listener, Notification
 from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
 from dataplane.errors import DatabaseError
-from dataplane.observability.metrics import track_waiters
+from dataplane.observability.metrics import instruments, track_waiters
 from dataplane.observability.tracing import context_from, messaging, tracer
-from dataplane.queue import JobRow, QueueClient, done_channel, split_done_notify
+from dataplane.queue import (
+    ROWS_DELETED_CHANNEL,
+    JobRow,
+    QueueClient,
+    done_channel,
+    split_done_notify,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +69,8 @@ READ_BATCH = 1000  # job ids per statement
 # The last notifies remembered (may_have_missed), with the answers they carried
 # (answered): an answer rides only up to DONE_NOTIFY_INLINE_MAX bytes, so a few MB.
 RECENT_NOTIFIES = 4096
-QUIET_CHANNEL = "dataplane_no_surfaces"  # nobody notifies it
+ANSWER_MAX_AGE = 60.0  # seconds after its completion a remembered answer is served
+REJECTED_LOG_SECONDS = 60.0  # rejected notifies are logged at most once per this
 
 
 @dataclass(eq=False)
@@ -94,6 +111,7 @@ class PumpStatistics:
     sweeps: int
     delivered: int
     listening: bool
+    rejected: int = 0  # carried answers that did not open or parse, and jobless notifies
 
 
 @dataclass
@@ -104,6 +122,7 @@ class _Counters:
     carried: int = 0  # answers delivered from the notify itself (no read)
     sweeps: int = 0
     delivered: int = 0
+    rejected: int = 0
 
 
 class ReplyPump:
@@ -119,9 +138,9 @@ class ReplyPump:
         self.queue = queue
         self.sweep_seconds = sweep_seconds
         self.listener: Listener = queue.db.listener(
-            # With no surface installed there is nothing to hear, but the listener still
-            # holds its session (and /readyz its meaning): it listens on a quiet channel.
-            list(channels) or [QUIET_CHANNEL],
+            # With no surface installed there is nothing to hear but deletions; the
+            # listener still holds its session (and /readyz its meaning).
+            [*channels, ROWS_DELETED_CHANNEL],
             check_interval=max(0.05, sweep_seconds - LISTEN_PING_TIMEOUT),
             ping_timeout=min(LISTEN_PING_TIMEOUT, max(0.05, sweep_seconds / 2)),
             reconnect_delays=reconnect_delays,
@@ -132,10 +151,12 @@ class ReplyPump:
         self._sweep_now = trio.Event()
         self._counters = _Counters()
         # job id -> the number of its latest notify (1-based) and the answer it carried
-        # (JSON text, not parsed) or None; oldest first, bounded
+        # (sealed, not opened) or None; oldest first, bounded
         self._recent: OrderedDict[uuid.UUID, tuple[int, str | None]] = OrderedDict()
         self._recent_max = max(1, recent_notifies)
         self._forgotten = 0  # the number of the newest notify dropped from _recent
+        self._deleted_at = 0  # the number of the last notify heard before a deletion
+        self._rejected_logged = -REJECTED_LOG_SECONDS
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dispatch and sweep; ``started`` once LISTEN has executed."""
@@ -190,13 +211,49 @@ class ReplyPump:
 
     def answered(self, job_id: uuid.UUID) -> JobRow | None:
         """The finished row of ``job_id`` when one of the notifies still remembered
-        carried its answer (made now from the kept text), else None: then read the row.
-        The row's owner is not in it (:meth:`JobRow.from_done_notify`): the caller
-        knows the caller may see the job by other means (a URL token minted for it)."""
+        carried its answer, it opens, it completed within :data:`ANSWER_MAX_AGE` and no
+        queue row was deleted since it was heard; else None: then read the row. The
+        row's owner is not in it (:meth:`JobRow.from_done_note`): the caller knows the
+        caller may see the job by other means (a URL token minted for it)."""
         entry = self._recent.get(job_id)
-        if entry is None or entry[1] is None:
+        if entry is None or entry[1] is None or entry[0] <= self._deleted_at:
             return None
-        return JobRow.from_done_notify(job_id, entry[1])
+        row = self._open(job_id, entry[1])
+        if row is None:
+            self._recent[job_id] = (entry[0], None)  # counted once
+            return None
+        assert row.completed_at is not None
+        if (datetime.now(UTC) - row.completed_at).total_seconds() > ANSWER_MAX_AGE:
+            return None
+        return row
+
+    def _open(self, job_id: uuid.UUID, sealed: str) -> JobRow | None:
+        """The row a carried answer holds, if it opens with the notify secret and its
+        note parses; else None, counted and logged (at most once a minute)."""
+        seal = self.queue.seal
+        note = seal.open(str(job_id), sealed) if seal is not None else None
+        row = JobRow.from_done_note(job_id, note) if note is not None else None
+        if row is None:
+            self._reject(
+                "a carried answer that does not open"
+                if note is None
+                else "a carried answer whose note does not parse"
+            )
+        return row
+
+    def _reject(self, what: str) -> None:
+        self._counters.rejected += 1
+        instruments().notify_rejected.add(1)
+        now = time.monotonic()
+        if now - self._rejected_logged >= REJECTED_LOG_SECONDS:
+            self._rejected_logged = now
+            log.warning(
+                "pump: %s (%d rejected so far): its row is read instead. A notify from "
+                "outside the plane (any role that may connect can NOTIFY), or a worker "
+                "with another DATAPLANE_NOTIFY_SECRET",
+                what,
+                self._counters.rejected,
+            )
 
     def _remember(self, job_id: uuid.UUID, carried: str | None) -> None:
         recent = self._recent
@@ -216,6 +273,7 @@ class ReplyPump:
             sweeps=c.sweeps,
             delivered=c.delivered,
             listening=self.listening,
+            rejected=c.rejected,
         )
 
     def deliver(self, row: JobRow) -> None:
@@ -240,25 +298,36 @@ class ReplyPump:
                 if isinstance(event, Gap):
                     self._counters.gaps += 1
                     self._sweep_now.set()
-                elif isinstance(event, Notification):
+                elif event.channel == ROWS_DELETED_CHANNEL:
+                    self._deleted_at = self._counters.notifies  # forget what was heard
+                else:
                     self._counters.notifies += 1
                     try:
-                        job_id, carried = split_done_notify(event.payload)
-                    except ValueError:
-                        log.warning("pump: notify with a bad job id %r", event.payload[:100])
-                        continue
-                    self._remember(job_id, carried)
-                    if job_id not in self._waiters:
-                        continue
-                    row = None if carried is None else JobRow.from_done_notify(job_id, carried)
-                    if row is None:  # the notify names the job: read its row
-                        wanted.add(job_id)
-                    else:  # it carries the answer
-                        self._counters.carried += 1
-                        _notify_span(row, time.time_ns())
-                        self.deliver(row)
+                        self._take(event, wanted)
+                    except Exception:  # a bug, not an input: the row is read, the pump goes on
+                        log.exception("pump: could not take a notify in; reading its row")
             if wanted:
                 await self._read_and_deliver(list(wanted), notified=True)
+
+    def _take(self, event: Notification, wanted: set[uuid.UUID]) -> None:
+        """One done notify: remembered; delivered when it carries an answer that opens,
+        else its job is ``wanted`` (read) when someone here waits on it."""
+        try:
+            job_id, sealed = split_done_notify(event.payload)
+        except ValueError:
+            self._reject(f"a notify on {event.channel} that names no job")
+            return
+        self._remember(job_id, sealed)
+        if job_id not in self._waiters:
+            return
+        wanted.add(job_id)  # unless its answer opens
+        if sealed is not None:
+            row = self._open(job_id, sealed)
+            if row is not None:
+                wanted.discard(job_id)
+                self._counters.carried += 1
+                _notify_span(row, time.time_ns())
+                self.deliver(row)
 
     async def _sweeper(self) -> None:
         while True:

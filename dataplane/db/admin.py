@@ -20,6 +20,6 @@ async def ensure_database(admin: Database, name: str) -> bool:
 
 async def close_to_public(db: Database) -> None:
     """Only roles granted CONNECT (and superusers) may connect to ``db``'s database (run
-    by its owner). LISTEN needs no privilege, so this is what keeps a done notify's
-    answer from roles that may not read the queue (``QueueClient.check_notify_privacy``)."""
+    by its owner). LISTEN needs no privilege: a role that may connect hears every job id
+    on the done channels (their answers are sealed: ``dataplane.queue.seal``)."""
     await db.execute(q("database_close_to_public"))

@@ -92,8 +92,7 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | No
         queue_dsn = with_params(admin, dbname=QUEUE_DB)
         async with open_database(DatabaseConfig(queue_dsn, pool_size=1)) as db:
             applied = await migrate(db)
-            # Dev's processes connect as the superuser; nobody else hears a done notify,
-            # so small answers ride in it (QueueClient.check_notify_privacy).
+            # Dev's processes connect as the superuser; nobody else may connect.
             await close_to_public(db)
             say(f"queue DB ready ({len(applied)} migration(s) applied)")
         ro_dsn = None
@@ -123,6 +122,8 @@ def _children(
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "2",
         "PYTHONUNBUFFERED": "1",
         "DATAPLANE_METRICS": "1",
+        # Workers seal small answers into their done notifies; the BFF opens them.
+        "DATAPLANE_NOTIFY_SECRET": secrets.token_urlsafe(32),
     }
     if otlp:
         common["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp

@@ -168,6 +168,13 @@ class Instruments:
             "{stream}",
             "Streams ended by the stream deadline with event: error TIMEOUT (BFF)",
         )
+        self.notify_rejected = counter(
+            "dataplane.notify.rejected",
+            "{notify}",
+            "Done notifies the reply pump did not believe: a carried answer that did not "
+            "open with the notify secret or parse (its row was read), or a payload naming "
+            "no job (BFF)",
+        )
         meter.create_observable_up_down_counter(  # read when collected: free per request
             "dataplane.waiters",
             callbacks=[_observe_waiters],
@@ -291,6 +298,7 @@ def initialise(
             m.coalesced.add(0, {**q, "dataplane.layer": "transport"})
             m.cancelled.add(0, q)
             m.stream_timeouts.add(0, q)
+        m.notify_rejected.add(0)
     else:
         m.capcom_received.add(0)
 

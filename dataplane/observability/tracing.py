@@ -92,11 +92,15 @@ def inject_headers(headers: dict[str, str]) -> dict[str, str]:
     return headers
 
 
-def context_from(traceparent: str | None) -> otel_context.Context | None:
-    """A context whose parent is ``traceparent`` (None when absent or invalid)."""
-    if not traceparent:
+def context_from(traceparent: object) -> otel_context.Context | None:
+    """A context whose parent is ``traceparent`` (None when absent or invalid: it comes
+    from stored rows and headers, so anything but a string of a sane length is None)."""
+    if not traceparent or type(traceparent) is not str or len(traceparent) > MAX_TRACEPARENT:
         return None
     return _context_from(traceparent)
+
+
+MAX_TRACEPARENT = 512  # characters: a W3C traceparent is 55
 
 
 @lru_cache(maxsize=1024)  # a job's traceparent is parsed for each of its spans: once

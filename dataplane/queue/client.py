@@ -50,9 +50,11 @@ from dataplane.queue.records import (
     JsonText,
     Poisoned,
     StoredBlob,
+    done_note,
     job_uuid,
     to_json,
 )
+from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_status
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
@@ -67,11 +69,9 @@ class QueueClient:
     def __init__(self, db: Database, config: QueueConfig | None = None) -> None:
         self.db = db
         self.config = config or QueueConfig()
-        # Whether a done notify may carry a small answer (records.parse_done_notify).
-        # LISTEN needs no privilege, so only while nobody who can connect to the queue
-        # database is barred from reading its rows: check_notify_privacy() decides.
-        # Until it has, each done notify names its job alone.
-        self.answers_in_notify = False
+        # Seals a small answer into its done notify (a worker) and opens it (a BFF's
+        # pump); without DATAPLANE_NOTIFY_SECRET every done notify names its job alone.
+        self.seal = NotifySeal.from_setting(self.config.notify_secret)
 
     # -- producer ---------------------------------------------------------
 
@@ -249,15 +249,24 @@ class QueueClient:
             else to_json(c.result, what=f"job {c.job.id}")
             for c in completions
         ]
+        completed_ats = [c.completed_at for c in completions]
+        seal = self.seal
+        notes: list[str | None] = [None] * len(completions)
+        if seal is not None:
+            for i, c in enumerate(completions):
+                if carried(c, results[i]):
+                    job_id = str(c.job.id)
+                    notes[i] = seal.seal(job_id, done_note(c.job, results[i], completed_ats[i]))
         rows = await self.db.fetchall(
             q("job_complete"),
             {
                 **_fence_params([c.job for c in completions]),
                 "results": results,
+                "completed_ats": completed_ats,
+                "notes": notes,
                 "blob_types": [c.blob.content_type if c.blob else None for c in completions],
                 "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
                 "blob_ttl_seconds": self.config.blob_ttl_seconds,
-                "inline_max": DONE_NOTIFY_INLINE_MAX if self.answers_in_notify else -1,
             },
             parents=lambda _: [c.trace for c in completions],
         )
@@ -408,20 +417,6 @@ class QueueClient:
         )
         return bytes(row["chunk"]) if row is not None else None
 
-    async def notify_overhearers(self) -> list[str]:
-        """Who could hear a done notify without the right to read its row: ``PUBLIC``
-        when any role may connect to the queue database, else each login role that
-        may connect but not read ``maestro_queues``. Empty: answers may ride in it."""
-        rows = await self.db.fetchall(q("notify_overhearers"))
-        return [row["role"] for row in rows]
-
-    async def check_notify_privacy(self) -> list[str]:
-        """Let small answers ride in done notifies exactly while
-        :meth:`notify_overhearers` finds nobody; returns who it found."""
-        overhearers = await self.notify_overhearers()
-        self.answers_in_notify = not overhearers
-        return overhearers
-
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""
         check_channel(channel)
@@ -431,6 +426,16 @@ class QueueClient:
                 f"Postgres allows at most {MAX_NOTIFY_PAYLOAD}"
             )
         await self.db.execute(q("notify_send"), {"channel": channel, "payload": payload})
+
+
+def carried(completion: Completion, result: str) -> bool:
+    """Whether the done notify carries the answer: a result of at most
+    :data:`DONE_NOTIFY_INLINE_MAX` bytes of JSON, without a blob."""
+    if completion.blob is not None or len(result) > DONE_NOTIFY_INLINE_MAX:
+        return False
+    if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
+        return False
+    return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
 
 
 def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:

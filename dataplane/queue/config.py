@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dataplane.config import setting
 from dataplane.errors import ConfigError, InvalidArgument
+from dataplane.queue.seal import parse_secrets
 
 LEASE_SECONDS = 120.0  # claim lease
 FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
@@ -40,6 +41,10 @@ class QueueConfig:
     max_live_per_client: int = setting(
         "DATAPLANE_MAX_LIVE_PER_CLIENT", MAX_LIVE_PER_CLIENT, minimum=1
     )
+    # Workers seal small answers into their done notifies with the first secret (comma
+    # separated: a rotation), BFFs open them with any; unset, every notify names its
+    # job alone and the BFF reads the row (dataplane.queue.seal).
+    notify_secret: str | None = setting("DATAPLANE_NOTIFY_SECRET", None)
 
     def __post_init__(self) -> None:
         check_positive("lease_seconds", self.lease_seconds)
@@ -49,6 +54,7 @@ class QueueConfig:
             raise InvalidArgument("max_live and max_live_per_client must be >= 1")
         if not isinstance(self.max_dequeues, int) or self.max_dequeues < 1:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
+        parse_secrets(self.notify_secret)
 
     def require_url(self) -> str:
         if self.url is None:

@@ -10,11 +10,12 @@ lapsed: no worker is left to say so, so whoever parked it traces, counts and log
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeGuard
 
 from opentelemetry.context import Context
 
@@ -80,6 +81,9 @@ class ClaimedJob:
     claimed_at: datetime
     lease_expires_at: datetime
     worker_id: str
+    # When this process received the claim (its monotonic clock): with claimed_at (the
+    # queue DB's clock), when the job finished (Completion.completed_at).
+    received: float = field(default_factory=time.monotonic, compare=False)
 
     @property
     def queue_wait_ms(self) -> float:
@@ -158,6 +162,15 @@ class Completion:
     result: Any
     blob: Blob | None = None
     trace: Context | None = None  # the settle span its statement is traced under
+    finished: float = field(default_factory=time.monotonic, compare=False)  # monotonic
+
+    @property
+    def completed_at(self) -> datetime:
+        """When the job finished, on the queue DB's clock: its claim time plus the time
+        this process took since receiving the claim (the row's ``completed_at``; fixed
+        when the completion is made, so a retried statement writes the same)."""
+        job = self.job
+        return job.claimed_at + timedelta(seconds=max(0.0, self.finished - job.received))
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,60 +202,104 @@ class JobRow:
         return self.status in FINISHED_STATUSES
 
     @classmethod
-    def from_done_notify(cls, job_id: uuid.UUID, text: str) -> JobRow | None:
-        """The row a ``done`` notify carries (see :func:`split_done_notify`), or None if
-        ``text`` is not such an answer. It holds what an answer and its trace need: of
-        the envelope, only ``surface`` and ``traceparent``; ``dedupe_key`` is empty,
-        ``locked_by`` None and ``available_at`` the creation time (not carried)."""
+    def from_done_note(cls, job_id: uuid.UUID, text: str) -> JobRow | None:
+        """The row a done notify's opened note holds (:func:`done_note`), or None if
+        ``text`` is not such a note: anything unexpected (not JSON, a field missing or
+        of another type, a count out of range, a naive timestamp) is None, never an
+        error. It holds what an answer and its trace need: of the envelope, only
+        ``surface`` and ``traceparent``; ``dedupe_key`` is empty, ``locked_by`` None and
+        ``available_at`` the creation time (not carried)."""
         try:
             d = json.loads(text)
-            created = datetime.fromisoformat(d["createdAt"])
-            return cls(
-                id=job_id,
-                type=str(d["type"]),
-                status="done",
-                dedupe_key="",
-                payload={"surface": d.get("surface"), "traceparent": d.get("traceparent")},
-                result=d["result"],
-                last_error=None,
-                locked_by=None,
-                dequeue_count=int(d["dequeueCount"]),
-                max_dequeues=int(d["maxDequeues"]),
-                available_at=created,
-                lease_expires_at=None,
-                created_at=created,
-                claimed_at=datetime.fromisoformat(d["claimedAt"]),
-                completed_at=datetime.fromisoformat(d["completedAt"]),
-            )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, RecursionError):
             return None
+        if not isinstance(d, dict) or "result" not in d:
+            return None
+        type_, surface, traceparent = d.get("type"), d.get("surface"), d.get("traceparent")
+        if not isinstance(type_, str):
+            return None
+        if not all(v is None or isinstance(v, str) for v in (surface, traceparent)):
+            return None
+        dequeue_count, max_dequeues = d.get("dequeueCount"), d.get("maxDequeues")
+        if not _count(dequeue_count) or not _count(max_dequeues):
+            return None
+        created = _timestamp(d.get("createdAt"))
+        claimed = _timestamp(d.get("claimedAt"))
+        completed = _timestamp(d.get("completedAt"))
+        if created is None or claimed is None or completed is None:
+            return None
+        return cls(
+            id=job_id,
+            type=type_,
+            status="done",
+            dedupe_key="",
+            payload={"surface": surface, "traceparent": traceparent},
+            result=d["result"],
+            last_error=None,
+            locked_by=None,
+            dequeue_count=dequeue_count,
+            max_dequeues=max_dequeues,
+            available_at=created,
+            lease_expires_at=None,
+            created_at=created,
+            claimed_at=claimed,
+            completed_at=completed,
+        )
+
+
+MAX_COUNT = 2**31 - 1  # dequeue counts are Postgres integers
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return type(value) is int and 0 <= value <= MAX_COUNT
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp with its offset, else None."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 DONE_NOTIFY_INLINE_MAX = 1024  # bytes of a result's JSON its done notify may carry
 
 
+def done_note(job: ClaimedJob, result: str, completed_at: datetime) -> str:
+    """The note a done notify carries, sealed, for a small answer: what the answer and
+    its trace need (:meth:`JobRow.from_done_note`); ``result`` is the result's JSON."""
+    payload = job.payload
+    surface = payload.get("surface") if isinstance(payload, dict) else None
+    traceparent = payload.get("traceparent") if isinstance(payload, dict) else None
+    return (
+        f'{{"type":{_COMPACT.encode(job.type)},"dequeueCount":{job.dequeue_count},'
+        f'"maxDequeues":{job.max_dequeues},"createdAt":"{job.created_at.isoformat()}",'
+        f'"claimedAt":"{job.claimed_at.isoformat()}","completedAt":"{completed_at.isoformat()}",'
+        f'"surface":{_COMPACT.encode(surface)},"traceparent":{_COMPACT.encode(traceparent)},'
+        f'"result":{result}}}'
+    )
+
+
 def split_done_notify(payload: str) -> tuple[uuid.UUID, str | None]:
-    """The job id of a done notify, and the answer's JSON text when the notify carries
-    one, not parsed (:meth:`JobRow.from_done_notify` makes the row of it).
+    """The job id of a done notify, and its sealed note when it carries one (not opened:
+    :class:`~dataplane.queue.seal.NotifySeal` opens it, :meth:`JobRow.from_done_note`
+    reads it).
 
     ``job_complete`` sends ``<job id>`` alone, or, for a small answer (result JSON of at
-    most :data:`DONE_NOTIFY_INLINE_MAX` bytes, no blob), ``<job id> <answer JSON>``; the
-    fail, cancel and poison paths send the id alone. :class:`ValueError` if the id is
-    not one."""
+    most :data:`DONE_NOTIFY_INLINE_MAX` bytes, no blob) when the worker holds a notify
+    secret, ``<job id> <sealed note>``; the fail, cancel and poison paths send the id
+    alone. :class:`ValueError` if the payload does not start with a job id."""
+    if len(payload) < 36:
+        raise ValueError(f"not a done notify: {payload[:60]!r}")
     job_id = uuid.UUID(payload[:36])
     if len(payload) == 36:
         return job_id, None
     if payload[36] != " ":
         raise ValueError(f"not a done notify: {payload[:60]!r}")
     return job_id, payload[37:]
-
-
-def parse_done_notify(payload: str) -> tuple[uuid.UUID, JobRow | None]:
-    """The job id of a done notify, and the finished row when the notify carries it
-    (:func:`split_done_notify`, then the row). A carried answer that does not parse
-    counts as not carried (the caller reads the row)."""
-    job_id, text = split_done_notify(payload)
-    return job_id, None if text is None else JobRow.from_done_notify(job_id, text)
 
 
 def job_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -23,6 +23,7 @@ SUFFIXES = ("", DEV_SUFFIX)  # live, dev
 STATUSES = ("pending", "in_progress", "done", "poison", "cancelled")
 LIVE_STATUSES = ("pending", "in_progress")
 INVALIDATE_CHANNEL = "dataplane_invalidate"  # cache tags dropped on every worker
+ROWS_DELETED_CHANNEL = "maestro_rows_deleted"  # rows deleted (migration 0009's trigger)
 
 _SURFACE_ID = re.compile(r"[a-z][a-z0-9_]*")
 

@@ -21,9 +21,6 @@ of this package:
 * the :class:`~dataplane.queue.sampler.QueueSampler` (queue depth gauges, one elected
   worker of the fleet);
 * the reporter (the capcom sender), when it has a ``run`` of its own;
-* the notify-privacy check: a done notify carries a small answer only while every
-  role that can connect to the queue database may read its rows (LISTEN needs no
-  privilege); checked at boot and every minute;
 
 and, in a nursery of their own, one task per claim, each a
 :class:`~dataplane.worker.executor.JobExecutor` run.
@@ -41,7 +38,6 @@ import trio
 
 from dataplane.db import Database, Gap, Notification
 from dataplane.db.lock import SessionLock
-from dataplane.errors import DatabaseError
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.sampler import QueueSampler
@@ -57,8 +53,6 @@ from dataplane.worker.oncall import OnCall
 from dataplane.worker.report import Reporter
 
 log = logging.getLogger(__name__)
-
-NOTIFY_PRIVACY_SECONDS = 60.0  # how often the worker re-checks who could hear a notify
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +144,6 @@ class Worker:
             # Starting can wait on the queue DB (the listener's first LISTEN); a stop
             # meanwhile ends it, and the worker with it (it has claimed nothing yet).
             with self._starting:
-                await services.start(self._watch_notify_privacy)
                 await services.start(self.listener.run)
                 services.start_soon(self._dispatch_notifications)
                 await services.start(self.completer.run)
@@ -178,47 +171,6 @@ class Worker:
                     await self.claimer.run(jobs)
             log.info("worker %s stopped", self.config.worker_id)
             services.cancel_scope.cancel()
-
-    async def _watch_notify_privacy(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Whether this worker's done notifies carry small answers: only while nobody
-        who can connect to the queue database is barred from reading its rows (LISTEN
-        needs no privilege). Checked at boot, then every :data:`NOTIFY_PRIVACY_SECONDS`
-        (a role granted CONNECT later); each change is logged."""
-        said: bool | None = None
-        started = False
-        while True:
-            try:
-                overhearers = await self.queue.check_notify_privacy()
-            except DatabaseError as exc:
-                self.queue.answers_in_notify = False  # unknown: the id alone
-                log.warning(
-                    "notify privacy: cannot check (%s); done notifies name the job alone", exc
-                )
-                said = None
-            else:
-                carries = not overhearers
-                if carries != said:
-                    said = carries
-                    if carries:
-                        log.info(
-                            "done notifies carry small answers: every role that can "
-                            "connect to the queue database may read its rows"
-                        )
-                    else:
-                        log.info(
-                            "done notifies name the job alone: %s may connect to the queue "
-                            "database without the right to read its rows, and LISTEN needs "
-                            "no privilege (REVOKE CONNECT ON DATABASE ... FROM PUBLIC and "
-                            "grant it to the plane's roles to let small answers ride in "
-                            "the notify: one read less per answer for the BFF)",
-                            ", ".join(overhearers),
-                        )
-            if not started:
-                started = True
-                task_status.started()
-            await trio.sleep(NOTIFY_PRIVACY_SECONDS)
 
     def stop(self, *, force: bool = False) -> None:
         """Stop claiming; in-flight jobs get the grace period (none if ``force``),

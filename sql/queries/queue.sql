@@ -99,40 +99,31 @@ WHERE q.id = held.id
 RETURNING q.id;
 
 -- name: job_complete
--- Finish held rows (fenced): result, optional blob, and the done notify, all in
--- this one statement. A row whose claim was lost is left untouched. The id, count
--- and result arrays travel in binary (%(x)b): a text array would escape every quote
--- of every result's JSON on the way out, and parse it again on the way in. The done
--- notify of a small answer (result JSON of at most %(inline_max)s bytes, no blob)
--- carries the answer after the job id (records.parse_done_notify), so a waiting BFF
--- answers without reading the row; any other carries the job id alone. The client
--- passes an inline_max of -1 (the id alone, always) unless notify_overhearers finds
--- nobody who could hear the answer without the right to read its row.
+-- Finish held rows (fenced): result, completion time (the worker's: see
+-- records.Completion.completed_at), optional blob, and the done notify, all in this
+-- one statement. A row whose claim was lost is left untouched. The id, count, time,
+-- result and note arrays travel in binary (%(x)b): a text array would escape every
+-- quote of every result's JSON on the way out, and parse it again on the way in. The
+-- done notify is the job id, followed by the answer's sealed note when the worker
+-- sealed one (a small answer and a notify secret: queue/seal.py); else the id alone.
 WITH v AS (
     SELECT *
     FROM unnest(%(ids)b::uuid[], %(dequeue_counts)b::int[], %(results)b::text[],
+                %(completed_ats)b::timestamptz[], %(notes)b::text[],
                 %(blob_types)s::text[], %(blob_data)s::bytea[])
-         AS v(id, dequeue_count, result, blob_type, blob_data)
+         AS v(id, dequeue_count, result, completed_at, note, blob_type, blob_data)
 ), done AS (
     UPDATE maestro_queues q
     SET status = 'done',
         result = v.result::jsonb,
-        completed_at = now(),
+        completed_at = v.completed_at,
         lease_expires_at = NULL
     FROM v
     WHERE q.id = v.id
       AND q.locked_by = %(worker_id)s
       AND q.dequeue_count = v.dequeue_count
       AND q.status = 'in_progress'
-    RETURNING q.id, q.type, CASE
-        WHEN v.blob_data IS NULL AND octet_length(v.result) <= %(inline_max)s
-             AND NOT (q.result ? 'blobRef')
-        THEN q.id::text || ' ' || json_build_object(
-            'type', q.type, 'dequeueCount', q.dequeue_count, 'maxDequeues', q.max_dequeues, 'createdAt', q.created_at,
-            'claimedAt', q.claimed_at, 'completedAt', q.completed_at,
-            'surface', q.payload -> 'surface', 'traceparent', q.payload -> 'traceparent',
-            'result', v.result::json)::text
-        ELSE q.id::text END AS note
+    RETURNING q.id, q.type, coalesce(q.id::text || ' ' || v.note, q.id::text) AS note
 ), blobs AS (
     INSERT INTO surface_result_blobs (job_id, content_type, data, size, expires_at)
     SELECT v.id, v.blob_type, v.blob_data, octet_length(v.blob_data),
@@ -242,23 +233,6 @@ FROM surface_result_blobs
 WHERE job_id = %(job_id)s AND expires_at > now()
 ORDER BY created_at DESC
 LIMIT 1;
-
--- name: notify_overhearers
--- Who could hear a done notify without the right to read its row: LISTEN needs no
--- privilege, only a connection to this database. PUBLIC when it may connect (then any
--- role may, including roles made later); else every login role that may connect but
--- not read maestro_queues (superusers read everything). None: a done notify may carry
--- a small answer (job_complete's inline_max).
-SELECT 'PUBLIC' AS role
-WHERE has_database_privilege('public', current_database(), 'CONNECT')
-UNION ALL
-SELECT r.rolname::text
-FROM pg_roles r
-WHERE r.rolcanlogin AND NOT r.rolsuper
-  AND has_database_privilege(r.oid, current_database(), 'CONNECT')
-  AND NOT has_table_privilege(r.oid, 'maestro_queues'::regclass, 'SELECT')
-  AND NOT has_database_privilege('public', current_database(), 'CONNECT')
-ORDER BY 1;
 
 -- name: notify_send
 -- A bare notification (e.g. cache invalidation broadcast).

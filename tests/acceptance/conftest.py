@@ -14,7 +14,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from tests.helpers import JWT_SECRET, WorkerProcess
+from tests.helpers import JWT_SECRET, NOTIFY_SECRET, WorkerProcess
 
 
 @pytest.fixture
@@ -24,6 +24,7 @@ def bff_env(queue_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "DATAPLANE_JWT_SECRET": JWT_SECRET,
         "DATAPLANE_PROBE": "1",
         "DATAPLANE_SWEEP_SECONDS": "1",
+        "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -73,6 +74,7 @@ def spawn_worker(queue_dsn: str, tmp_path: Path) -> Iterator[Callable[..., Worke
             "MAESTRO_QUEUES_URL": queue_dsn,
             "SURFACE_QUEUE_TYPE": queue_type,
             "DATAPLANE_PROBE": "1",
+            "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
             **env,
         }
         proc = WorkerProcess(full, str(tmp_path / f"worker-{len(procs)}.log"))

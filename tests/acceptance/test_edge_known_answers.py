@@ -28,7 +28,7 @@ from dataplane.queue import QueueClient
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
 from tests.conftest import wait_until
-from tests.helpers import bearer, close_to_public, read_sse, token
+from tests.helpers import bearer, read_sse, token
 
 STAFF = token(staff=True, sub="boss")
 TYPE = "surface-probe"
@@ -59,7 +59,6 @@ async def bff(
     queue: QueueClient,
     reader: InMemoryMetricReader,
 ) -> AsyncIterator[Bff]:
-    await close_to_public(queue)  # answers ride in the done notifies `queue` sends
     base, app, shutdown = await start_bff(nursery)
     async with httpx.AsyncClient(base_url=base, timeout=60) as http:
         yield Bff(http, plane_of(app))

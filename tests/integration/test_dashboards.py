@@ -491,6 +491,7 @@ COUNTERS = [
         "coalesced",
         "cancelled",
         "stream_timeouts",
+        "notify_rejected",
     )
 ]
 GAUGES = [

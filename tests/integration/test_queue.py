@@ -19,12 +19,13 @@ from dataplane.queue import (
     JobRow,
     Poisoned,
     QueueClient,
+    QueueConfig,
     done_channel,
-    parse_done_notify,
+    split_done_notify,
     wake_channel,
 )
 from tests.conftest import wait_until
-from tests.helpers import close_to_public
+from tests.helpers import NOTIFY_SECRET
 
 T = "surface-probe"
 
@@ -330,8 +331,7 @@ async def test_done_notify_always_finds_the_finished_row(queue_dsn: str, bridge:
     """Under concurrency, every listener wake-up can read the row it names."""
     n_jobs = 300
     async with open_database(DatabaseConfig(queue_dsn, pool_size=12), loop=bridge) as db:
-        client = QueueClient(db)
-        await close_to_public(client)  # small answers ride in the notifies
+        client = QueueClient(db, QueueConfig(notify_secret=NOTIFY_SECRET))  # answers ride
         for i in range(n_jobs):
             await client.enqueue(T, f"n-{i}", {"i": i})
         listener = db.listener([done_channel(T)])
@@ -342,7 +342,10 @@ async def test_done_notify_always_finds_the_finished_row(queue_dsn: str, bridge:
         async def reader() -> None:
             async for event in listener.events:
                 assert isinstance(event, Notification)
-                job_id, answer = parse_done_notify(event.payload)
+                job_id, sealed = split_done_notify(event.payload)
+                assert client.seal is not None
+                note = None if sealed is None else client.seal.open(str(job_id), sealed)
+                answer = None if note is None else JobRow.from_done_note(job_id, note)
                 row = await client.get(job_id)  # a fresh read, another connection
                 assert row is not None
                 if answer is not None:

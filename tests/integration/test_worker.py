@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 
@@ -17,12 +16,18 @@ from dataplane.db import (
     Database,
     DatabaseConfig,
     Notification,
-    close_to_public,
     open_database,
 )
 from dataplane.db.lock import SessionLock
 from dataplane.dev.embedded import free_port
-from dataplane.queue import QueueClient, done_channel, parse_done_notify, wake_channel
+from dataplane.queue import (
+    JobRow,
+    QueueClient,
+    QueueConfig,
+    done_channel,
+    split_done_notify,
+    wake_channel,
+)
 from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import (
     STAFF_ONLY,
@@ -31,7 +36,7 @@ from dataplane.surfaces.manifest import (
     branch_in_scope,
     surface_of,
 )
-from dataplane.worker import JobReport, Worker, WorkerConfig, service
+from dataplane.worker import JobReport, Worker, WorkerConfig
 from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
 from tests.helpers import NORTH, STAFF, envelope, session_locks, submit
@@ -518,14 +523,11 @@ async def test_a_failed_job_is_claimed_when_its_backoff_ends_not_at_the_next_pol
         assert worker.statistics().failed == 1
 
 
-async def test_answers_ride_in_notifies_only_while_no_one_else_could_hear_them(
-    queue: QueueClient, db: Database, monkeypatch: pytest.MonkeyPatch
+async def test_answers_ride_sealed_in_notifies_only_with_a_notify_secret(
+    queue: QueueClient, db: Database
 ) -> None:
-    """The worker checks at boot who could LISTEN without the right to read the queue,
-    and again every NOTIFY_PRIVACY_SECONDS: a database closed to PUBLIC later lets
-    answers ride; a role granted CONNECT later takes them out again."""
-    monkeypatch.setattr(service, "NOTIFY_PRIVACY_SECONDS", 0.1)
-    role = f"overhear_{uuid.uuid4().hex[:8]}"
+    """A worker holding DATAPLANE_NOTIFY_SECRET seals a small answer into the done
+    notify (only the secret opens it); one without names the job alone."""
     listener = db.listener([done_channel("surface-probe")])
     heard: list[str] = []
 
@@ -534,34 +536,25 @@ async def test_answers_ride_in_notifies_only_while_no_one_else_could_hear_them(
             if isinstance(event, Notification):
                 heard.append(event.payload)
 
-    async def answered(value: str) -> str:
-        enq = await submit(queue, "probe", "echo", {"value": value})
-        assert (await wait_done(queue, enq.job_id)).status == "done"
+    async def answered(client: QueueClient, value: str) -> str:
+        enq = await submit(client, "probe", "echo", {"value": value})
+        assert (await wait_done(client, enq.job_id)).status == "done"
         await wait_until(lambda: any(p.startswith(str(enq.job_id)) for p in heard))
         return next(p for p in heard if p.startswith(str(enq.job_id)))
 
-    async with trio.open_nursery() as nursery, running_worker(queue):
+    async with trio.open_nursery() as nursery:
         await nursery.start(listener.run)
         nursery.start_soon(record)
-        assert not queue.answers_in_notify  # Postgres's default: PUBLIC may connect
-        assert len(await answered("open")) == 36  # the id alone
-
-        await close_to_public(db)
-        await wait_until(lambda: queue.answers_in_notify)
-        _, carried = parse_done_notify(await answered("closed"))
-        assert carried is not None and carried.result["data"]["echo"] == "closed"
-
-        await db.execute(f"CREATE ROLE {role} LOGIN")
-        try:
-            await db.execute(
-                f"DO $$ BEGIN EXECUTE format('GRANT CONNECT ON DATABASE %I TO {role}', "
-                "current_database()); END $$"
-            )
-            await wait_until(lambda: not queue.answers_in_notify)
-            assert len(await answered("overheard")) == 36
-        finally:
-            await db.execute(f"DROP OWNED BY {role}")
-            await db.execute(f"DROP ROLE {role}")
+        async with running_worker(queue):
+            payload = await answered(queue, "sealed")
+            job_id, sealed = split_done_notify(payload)
+            assert sealed is not None and "sealed" not in sealed and queue.seal is not None
+            note = queue.seal.open(str(job_id), sealed)
+            row = None if note is None else JobRow.from_done_note(job_id, note)
+            assert row is not None and row.result["data"]["echo"] == "sealed"
+        unsealed = QueueClient(db, QueueConfig())
+        async with running_worker(unsealed):
+            assert len(await answered(unsealed, "named")) == 36  # the id alone
         nursery.cancel_scope.cancel()
 
 
