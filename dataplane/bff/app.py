@@ -21,7 +21,7 @@ from quart_trio import QuartTrio
 from dataplane.bff.auth import JwtVerifier
 from dataplane.bff.config import BffConfig
 from dataplane.bff.invalidate import invalidation
-from dataplane.bff.plane import BffState, serve_plane
+from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.tokens import StreamTokens
 from dataplane.config import from_env
@@ -57,37 +57,13 @@ def create_app() -> QuartTrio:
         configure_logging()  # Hypercorn's error log joins it (dataplane.edge.EdgeLogger)
         if state.telemetry is None:
             state.telemetry = setup_telemetry("dataplane-bff")
-        config = state.config = from_env(BffConfig)
-        if state.telemetry.prometheus and not config.metrics_token:
-            log.warning(
-                "GET /metrics is served to anyone who reaches this port: "
-                "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
-            )
-        missing = config.missing()
-        if missing:
-            state.why = "the data plane is not configured: set " + " and ".join(missing)
-            log.warning("%s; plane routes answer 503", state.why)
-            return
-        jwt = config.jwt
-        verifier = JwtVerifier.from_settings(
-            secret=jwt.secret,
-            public_key=jwt.public_key,
-            audience=jwt.audience,
-            issuer=jwt.issuer,
-            jwks_url=jwt.jwks_url,
-            jwks_refresh_seconds=jwt.jwks_refresh_seconds,
-            jwks_max_age_seconds=jwt.jwks_max_age_seconds,
-            jwks_timeout_seconds=jwt.jwks_timeout_seconds,
-        )
-        if verifier.jwks is not None:
-            await verifier.jwks.refresh()  # bounded; a failure is retried on demand
-        tokens = StreamTokens.from_settings(jwt.stream_secret, jwt.secret)
-        ready = trio.Event()
-        app.nursery.start_soon(serve_plane, config, verifier, tokens, state, ready)
-        with trio.move_on_after(STARTUP_WAIT):
-            await ready.wait()
-        if not ready.is_set():
-            log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
+        try:
+            await _start_plane(app, state)
+        except Exception as exc:  # Hypercorn would log a bare "lifespan error" and serve on
+            state.plane = None
+            state.failures = UNHEALTHY_AFTER  # nothing will retry it: not healthy either
+            state.why = f"the BFF could not start: {type(exc).__name__}: {exc}"
+            log.error("%s; plane routes, /readyz and /healthz answer 503", state.why, exc_info=exc)
 
     @app.before_serving
     async def freeze_heap() -> None:  # after start_plane: the app and its plane are built
@@ -110,6 +86,43 @@ def create_app() -> QuartTrio:
             state.telemetry.shutdown()
 
     return app
+
+
+async def _start_plane(app: QuartTrio, state: BffState) -> None:
+    """Read the configuration and start the plane in a task of the app's nursery: the
+    pump has executed LISTEN before this returns (or a bounded wait has passed)."""
+    config = state.config = from_env(BffConfig)
+    if state.telemetry is not None and state.telemetry.prometheus and not config.metrics_token:
+        log.warning(
+            "GET /metrics is served to anyone who reaches this port: "
+            "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
+        )
+    missing = config.missing()
+    if missing:
+        state.why = "the data plane is not configured: set " + " and ".join(missing)
+        log.warning("%s; plane routes answer 503", state.why)
+        return
+    config.surfaces.registry()  # a bad surface fails here, with its reason, not later
+    jwt = config.jwt
+    verifier = JwtVerifier.from_settings(
+        secret=jwt.secret,
+        public_key=jwt.public_key,
+        audience=jwt.audience,
+        issuer=jwt.issuer,
+        jwks_url=jwt.jwks_url,
+        jwks_refresh_seconds=jwt.jwks_refresh_seconds,
+        jwks_max_age_seconds=jwt.jwks_max_age_seconds,
+        jwks_timeout_seconds=jwt.jwks_timeout_seconds,
+    )
+    if verifier.jwks is not None:
+        await verifier.jwks.refresh()  # bounded; a failure is retried on demand
+    tokens = StreamTokens.from_settings(jwt.stream_secret, jwt.secret)
+    ready = trio.Event()
+    app.nursery.start_soon(serve_plane, config, verifier, tokens, state, ready)
+    with trio.move_on_after(STARTUP_WAIT):
+        await ready.wait()
+    if not ready.is_set():
+        log.warning("the reply pump is not listening yet (queue DB down?); serving anyway")
 
 
 quart_app = create_app()

@@ -6,6 +6,14 @@ reply pump, the backpressure gauge and the tables' growth watch
 (:mod:`dataplane.queue.growth`), until the app shuts down.
 :class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
 plane once it is up, or why it is not.
+
+The plane supervises itself: when one of its tasks fails (a bug: the queue DB going
+away is not a failure, its pool and listener reconnect), the whole plane is torn down
+and built again after a backoff (:data:`RESTART_DELAYS`), its streams end without a
+final event (their EventSource reconnects to the new plane) and, meanwhile, every plane
+route and ``/readyz`` answer 503 saying why. A plane that fails
+:data:`UNHEALTHY_AFTER` times in a row, each time within :data:`STEADY_SECONDS` of its
+start, makes ``/healthz`` answer 503 too: the process cannot recover by itself.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ from dataplane.queue.growth import GrowthWatch
 from dataplane.surfaces.manifest import Surface
 
 log = logging.getLogger(__name__)
+
+RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before a failed plane is rebuilt
+STEADY_SECONDS = 60.0  # a plane up this long before failing starts the count over
+UNHEALTHY_AFTER = 3  # failures in a row after which /healthz answers 503
 
 
 @dataclass
@@ -59,6 +71,13 @@ class BffState:
     why: str = "the data plane is starting"
     config: BffConfig | None = None
     telemetry: Telemetry | None = None
+    failures: int = 0  # the plane's failures in a row (see the module docstring)
+
+    @property
+    def healthy(self) -> bool:
+        """False while the plane is down after failing again and again: restarting the
+        process may help."""
+        return self.plane is not None or self.failures < UNHEALTHY_AFTER
 
 
 async def serve_plane(
@@ -68,7 +87,45 @@ async def serve_plane(
     state: BffState,
     ready: trio.Event,
 ) -> None:
-    """The plane's lifetime: bridge loop, pool and pump, until the app shuts down."""
+    """The plane's lifetime, until the app shuts down: built, served, and built again
+    after a backoff whenever it fails (see the module docstring). ``ready`` is set once
+    the first plane listens, or has failed."""
+    while True:
+        started = trio.current_time()
+        try:
+            await _serve_plane(config, verifier, tokens, state, ready)
+            return  # refused for good (state.why says why)
+        except Exception as exc:
+            state.plane = None
+            if trio.current_time() - started >= STEADY_SECONDS:
+                state.failures = 0
+            delay = RESTART_DELAYS[min(state.failures, len(RESTART_DELAYS) - 1)]
+            state.failures += 1
+            state.why = (
+                f"the data plane failed ({_reason(exc)}); it restarts in {delay:g}s"
+                f" (failure {state.failures} in a row)"
+            )
+            log.error("%s", state.why, exc_info=exc)
+            ready.set()
+        await trio.sleep(delay)
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, in one line: the first leaf of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _serve_plane(
+    config: BffConfig,
+    verifier: JwtVerifier,
+    tokens: StreamTokens,
+    state: BffState,
+    ready: trio.Event,
+) -> None:
+    """One plane, from its bridge loop to its pump, until the app shuts down or it fails."""
     url = config.queue.require_url()
     surfaces = config.surfaces.registry().surfaces
     db_config = DatabaseConfig(url, pool_size=config.pool_size, application_name="dataplane-bff")
@@ -90,13 +147,20 @@ async def serve_plane(
         load = LiveLoad(queue, config.queue)
         enqueuer = Enqueuer(queue)
         state.plane = Plane(config, surfaces, db, queue, enqueuer, pump, load, verifier, tokens)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(enqueuer.run)
-            nursery.start_soon(pump.run)
-            nursery.start_soon(load.run)
-            nursery.start_soon(GrowthWatch(db).run)  # plans made on a small queue, made again
-            await pump.listener.wait_connected()
-            ready.set()
-            log.info(
-                "BFF ready: %d surface(s), listening on %s", len(surfaces), ", ".join(channels)
-            )
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(enqueuer.run)
+                nursery.start_soon(pump.run)
+                nursery.start_soon(load.run)
+                nursery.start_soon(GrowthWatch(db).run)  # plans made on a small queue, again
+                await pump.listener.wait_connected()
+                if state.failures:
+                    log.info("the data plane is back after %d failure(s)", state.failures)
+                ready.set()
+                log.info(
+                    "BFF ready: %d surface(s), listening on %s",
+                    len(surfaces),
+                    ", ".join(channels),
+                )
+        finally:
+            state.plane = None

@@ -75,21 +75,28 @@ REJECTED_LOG_SECONDS = 60.0  # rejected notifies are logged at most once per thi
 
 @dataclass(eq=False)
 class Waiter:
-    """One stream's interest in one job; :meth:`wait` returns the finished row."""
+    """One stream's interest in one job; :meth:`wait` returns the finished row, or
+    None once the pump that held it has ended (:attr:`abandoned`: the caller ends its
+    stream without an answer, and its client asks again)."""
 
     job_id: uuid.UUID
     _event: trio.Event = field(default_factory=trio.Event)
     row: JobRow | None = None
     discarded: bool = False
+    abandoned: bool = False
 
     def deliver(self, row: JobRow) -> None:
-        if self.row is None:
+        if self.row is None and not self.abandoned:
             self.row = row
             self._event.set()
 
-    async def wait(self) -> JobRow:
+    def abandon(self) -> None:
+        if self.row is None:
+            self.abandoned = True
+            self._event.set()
+
+    async def wait(self) -> JobRow | None:
         await self._event.wait()
-        assert self.row is not None
         return self.row
 
 
@@ -156,15 +163,27 @@ class ReplyPump:
         self._recent_max = max(1, recent_notifies)
         self._forgotten = 0  # the number of the newest notify dropped from _recent
         self._deleted_at = 0  # the number of the last notify heard before a deletion
+        self._ended = False  # run() has ended: new waiters are abandoned at once
         self._rejected_logged = -REJECTED_LOG_SECONDS
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen, dispatch and sweep; ``started`` once LISTEN has executed."""
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.listener.run)
-            nursery.start_soon(self._dispatch)
-            nursery.start_soon(self._sweeper)
-            task_status.started()
+        """Listen, dispatch and sweep; ``started`` once LISTEN has executed. However it
+        ends, its waiters are abandoned (their streams end, their clients ask again)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.listener.run)
+                nursery.start_soon(self._dispatch)
+                nursery.start_soon(self._sweeper)
+                task_status.started()
+        finally:
+            self._abandon_all()
+
+    def _abandon_all(self) -> None:
+        self._ended = True
+        waiters, self._waiters = self._waiters, {}
+        for job_waiters in waiters.values():
+            for waiter in job_waiters:
+                waiter.abandon()
 
     @property
     def listening(self) -> bool:
@@ -173,8 +192,11 @@ class ReplyPump:
     def add(self, job_id: uuid.UUID) -> Waiter:
         """A new waiter on ``job_id``; :meth:`discard` it when it is no longer wanted."""
         waiter = Waiter(job_id)
-        self._waiters.setdefault(job_id, set()).add(waiter)
         self.waiting += 1
+        if self._ended:
+            waiter.abandon()
+            return waiter
+        self._waiters.setdefault(job_id, set()).add(waiter)
         return waiter
 
     def discard(self, waiter: Waiter) -> None:

@@ -328,12 +328,20 @@ async def prometheus_metrics() -> Response:
 
 @routes.get("/healthz")
 async def healthz() -> Response:
+    """Alive: 200, unless the plane keeps failing and is down (503 with the reason:
+    restarting the process may help)."""
+    s = state()
+    if not s.healthy:
+        return json_response({"status": "failing", "reason": s.why}, 503)
     return json_response({"status": "ok"})
 
 
 @routes.get("/readyz")
 async def readyz() -> Response:
-    current = state().plane
+    """Ready: the plane serves, its pump listens, the queue DB answers; else 503 with
+    the checks and, when the plane is down, why."""
+    s = state()
+    current = s.plane
     checks: dict[str, Any] = {"configured": current is not None}
     if current is not None:
         checks["listening"] = current.pump.listening
@@ -343,7 +351,9 @@ async def readyz() -> Response:
         except DatabaseError:
             checks["queueDb"] = False
     ok = all(checks.values()) and current is not None
-    body = {"status": "ready" if ok else "not ready", "checks": checks}
+    body: dict[str, Any] = {"status": "ready" if ok else "not ready", "checks": checks}
+    if current is None:
+        body["reason"] = s.why
     return json_response(body, 200 if ok else 503)
 
 

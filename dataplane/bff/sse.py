@@ -5,8 +5,10 @@ Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
 goes out every 15 s. Past the stream deadline the stream ends with ``TIMEOUT``;
 the job keeps running and its answer stays on the row.
 
-How a stream ends is its outcome (``done``, ``poison``, ``cancelled``, ``TIMEOUT``; the
-edge notes ``disconnect``): on the stream's server span (``dataplane.outcome``, and a
+How a stream ends is its outcome (``done``, ``poison``, ``cancelled``, ``TIMEOUT``;
+``abandoned`` when the reply pump ended under it — the plane restarts or the BFF stops —
+and the stream ends without an event, so its EventSource reconnects; the edge notes
+``disconnect``): on the stream's server span (``dataplane.outcome``, and a
 ``TIMEOUT``/``POISON``/``CANCELLED`` span event) and in its access log line; a
 TIMEOUT or POISON is also logged here, as a WARNING in the stream's span.
 """
@@ -75,6 +77,10 @@ async def job_events(
             if finished is not None:
                 _ended(exchange, finished)
                 yield _last(_final(p, finished, grant, parent, retry=False))
+                return
+            if waiter.abandoned:  # the plane restarts: the browser reconnects to it
+                if exchange is not None:
+                    exchange.outcome = "abandoned"
                 return
             if trio.current_time() >= deadline:
                 instruments().stream_timeouts.add(1, {QUEUE_TYPE: row.type})
