@@ -323,7 +323,6 @@ class ReplyPump:
                 elif event.channel == ROWS_DELETED_CHANNEL:
                     self._deleted_at = self._counters.notifies  # forget what was heard
                 else:
-                    self._counters.notifies += 1
                     try:
                         self._take(event, wanted)
                     except Exception:  # a bug, not an input: the row is read, the pump goes on
@@ -334,6 +333,7 @@ class ReplyPump:
     def _take(self, event: Notification, wanted: set[uuid.UUID]) -> None:
         """One done notify: remembered; delivered when it carries an answer that opens,
         else its job is ``wanted`` (read) when someone here waits on it."""
+        self._counters.notifies += 1
         try:
             job_id, sealed = split_done_notify(event.payload)
         except ValueError:
