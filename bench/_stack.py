@@ -27,6 +27,8 @@ HOST = "127.0.0.1"
 #: The probe surface's queue: ``probe.echo`` and friends (``DATAPLANE_PROBE=1``).
 QUEUE_TYPE = "surface-probe"
 JWT_SECRET = "bench-e2e-secret-that-is-long-enough-for-hs256!"
+# Workers seal small answers into their done notifies, the BFFs open them (README).
+NOTIFY_SECRET = "bench-notify-secret-that-is-long-enough!"
 SSE_DEADLINE_S = 600.0  # BFF DATAPLANE_SSE_DEADLINE_SECONDS (a whole run)
 
 HELLO_APP = '''"""Bare Hypercorn + Quart-Trio hello world (bench/e2e.py's baseline)."""
@@ -57,6 +59,7 @@ def stack_env(
     env.update(
         MAESTRO_QUEUES_URL=queue_dsn,
         DATAPLANE_JWT_SECRET=jwt_secret,
+        DATAPLANE_NOTIFY_SECRET=NOTIFY_SECRET,
         DATAPLANE_PROBE="1",
         DATAPLANE_SSE_DEADLINE_SECONDS=str(sse_deadline_s),
         **extra,

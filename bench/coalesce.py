@@ -39,7 +39,14 @@ from bench._common import (
     server_settings,
 )
 from bench._procs import WORKER_ARGV, children_scope
-from bench._stack import BFF_OPTIONS, HOST, migrate_schema, start_hypercorn, wait_serving
+from bench._stack import (
+    BFF_OPTIONS,
+    HOST,
+    NOTIFY_SECRET,
+    migrate_schema,
+    start_hypercorn,
+    wait_serving,
+)
 from dataplane.bff.auth import mint_token
 
 JWT_SECRET = "bench-secret-that-is-long-enough-for-hs256"
@@ -116,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         env.update(
             MAESTRO_QUEUES_URL=server.dsn,
             DATAPLANE_JWT_SECRET=JWT_SECRET,
+            DATAPLANE_NOTIFY_SECRET=NOTIFY_SECRET,
             DATAPLANE_PROBE="1",
             SURFACE_QUEUE_TYPE="surface-probe",
         )

@@ -89,6 +89,7 @@ from bench._procs import (
     postmaster_pid,
     wait_serving_blocking,
 )
+from bench._stack import NOTIFY_SECRET
 from dataplane.db import DatabaseConfig, close_to_public, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import MAX_DEQUEUES, done_channel, to_json
@@ -214,6 +215,7 @@ class Workers:
             "MAESTRO_QUEUES_URL": self.queue_dsn,
             "SURFACE_QUEUE_TYPE": queue_type,
             "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "5",
+            "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,  # small answers ride sealed, as deployed
             **env,
         }
         return self.kids.start(name, WORKER_ARGV, {**base, **full}, raise_nofile=False)
