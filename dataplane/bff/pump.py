@@ -325,8 +325,9 @@ class ReplyPump:
                 else:
                     try:
                         self._take(event, wanted)
-                    except Exception:  # a bug, not an input: the row is read, the pump goes on
-                        log.exception("pump: could not take a notify in; reading its row")
+                    except Exception:  # a bug, not an input: the sweep reads the waiters' rows
+                        log.exception("pump: could not take a notify in; the sweep will read")
+                        self._sweep_now.set()
             if wanted:
                 await self._read_and_deliver(list(wanted), notified=True)
 
