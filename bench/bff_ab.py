@@ -5,8 +5,10 @@ moves a figure, so runs one after the other cannot tell a few per cent. Here two
 serve at once: ``a`` runs the ``dataplane`` package of ``--base`` (another checkout,
 e.g. ``git worktree add /tmp/base <commit>``), ``b`` this checkout's. They share one
 Postgres (own embedded unless ``MAESTRO_QUEUES_URL``) and one ``dataplane worker`` of
-this checkout. Each round loads one, then the other (the order alternates), with 32
-closed-loop clients for ``--seconds``, once per way:
+this checkout (``--worker-per-side``: side a gets a worker of its own code, on the dev
+tier, for a change both sides of a notify must agree on). Each round loads one, then
+the other (the order alternates), with 32 closed-loop clients for ``--seconds``, once
+per way:
 
 * ``sse``: POST -> 202, then the stream to ``event: done`` (two HTTP requests);
 * ``prefer``: POST with ``Prefer: wait=1`` -> the 200 answer (one).
@@ -135,14 +137,21 @@ async def bench(
 ) -> dict[str, Any]:
     with children_scope(keep_logs=False) as kids:
         worker = kids.start("worker", WORKER_ARGV, {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE})
-        await wait_serving([worker])
+        workers = [worker]
+        a_env = {**env, "PYTHONPATH": str(base)}
+        if args.worker_per_side:  # side a: its own tier, served by a worker of its own code
+            a_env["DATAPLANE_QUEUE_SUFFIX"] = "-dev"
+            workers.append(
+                kids.start(
+                    "worker-a",
+                    WORKER_ARGV,
+                    {**a_env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE + "-dev"},
+                    cwd=base,
+                )
+            )
+        await wait_serving(workers)
         a = await start_hypercorn(
-            kids,
-            "bff-a",
-            "dataplane.app:app",
-            {**env, "PYTHONPATH": str(base)},
-            cwd=base,
-            options=BFF_OPTIONS,
+            kids, "bff-a", "dataplane.app:app", a_env, cwd=base, options=BFF_OPTIONS
         )
         b = await start_bff(kids, "bff-b", env)
         sides = {"a": a, "b": b}
@@ -156,7 +165,7 @@ async def bench(
                     row[side] = await slice_of(sides[side], WAYS[way], run, args.seconds)
                 rounds[way].append(row)
                 print(f"round {r + 1} {way}: " + _round_line(row), flush=True)
-        codes = await stop_children([b.child, a.child, worker])
+        codes = await stop_children([b.child, a.child, *workers])
     return {"rounds": rounds, "exit_codes": codes}
 
 
@@ -221,6 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "warm_s_per_slice": WARM_S,
             "rounds": args.rounds,
             "ways": args.ways,
+            "worker_per_side": args.worker_per_side,
             "server": settings,
         },
         "ways": {w: summarize(rs) for w, rs in raw["rounds"].items()},
@@ -261,6 +271,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--base", type=Path, required=True, help="the other checkout (side a)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument(
+        "--worker-per-side",
+        action="store_true",
+        help="side a gets a worker of its own code, on the dev tier (when the two codes'"
+        " workers and BFFs must match, e.g. a change of the done notify's format)",
+    )
     parser.add_argument("--seconds", type=float, default=2.5, help="measured seconds per slice")
     parser.add_argument(
         "--ways", type=lambda s: s.split(","), default=["sse", "prefer"], help="sse,prefer"
