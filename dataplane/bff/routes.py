@@ -144,6 +144,7 @@ async def enqueue(surface_id: str) -> Response:
             auth,
             current_traceparent(),
             tier=p.config.queue_suffix,
+            per_user=op.per_user,
         )
         heard = p.pump.heard()  # before the job can finish: see prefer.wait_finished
         try:

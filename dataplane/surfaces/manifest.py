@@ -15,7 +15,8 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
 * ``ttl_seconds``: 0 (always fresh, never cached) or how long the worker caches a
   result; its cache tags are ``c:<client>`` and ``u:<user>`` for the user the
   result is about: ``user_param`` names the parameter holding that user, and
-  ``per_user`` says it is about the caller (``u:<caller's sub>``);
+  ``per_user`` says it is about the caller (``u:<caller's sub>``): the caller is
+  then part of its dedupe key, so it is cached and coalesced per caller;
 * ``gates``: checks of the caller against the request (:data:`STAFF_ONLY`,
   :func:`branch_in_scope`, :func:`client_match`, or their names ``"staff"``,
   ``"branch-in-scope:<param>"``, ``"client-match:<param>"``), run at the BFF for a
