@@ -28,7 +28,10 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   (400/403/404) for an expected error: an answer, never retried.
 
 A declaration that cannot work is refused when the surface is built (and so when a
-process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem.
+process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem. A
+surface id must name a queue type and channels on every tier
+(:func:`~dataplane.queue.types.check_surface_id`: at most 42 characters of ``a-z``,
+``0-9`` and ``_``, starting with a letter, not ending in ``_dev``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import jsonschema_rs
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
+from dataplane.queue.types import check_surface_id
 
 if TYPE_CHECKING:
     from dataplane.db import Database
@@ -346,8 +350,7 @@ class Surface:
     versions: Mapping[tuple[str, int], Operation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.id):
-            raise InvalidArgument(f"surface id {self.id!r} must be lower-case letters and digits")
+        check_surface_id(self.id)  # every tier's queue type and channels can be named
         if not self.versions:
             object.__setattr__(
                 self, "versions", {(op.name, op.version): op for op in self.operations.values()}
