@@ -49,6 +49,37 @@ async def test_a_doubled_slash_is_an_unknown_route_with_the_json_body(
     assert json.loads(body)["error"]["code"] == "NOT_FOUND"
 
 
+STATIC_NAMES = [
+    "index.html%00.js",  # NUL
+    "x" * 300 + ".js",  # longer than a file name may be
+    "%ff%fe.js",  # not UTF-8
+    "%ed%a0%80.js",  # an encoded lone surrogate
+    "index.html%20",
+    ".hidden.js",
+    "..%2fapp.py",
+    "..%5capp.py",
+    "index.html%0a.js",
+    "no-such.js",
+    "demo.css.py",
+]
+
+
+async def test_a_static_name_that_is_not_a_static_file_is_a_404(
+    http: httpx.AsyncClient,
+) -> None:
+    for name in STATIC_NAMES:
+        resp = await http.get(f"/static/{name}")
+        assert resp.status_code == 404, (name, resp.status_code, resp.text[:200])
+        assert resp.json()["error"]["code"] == "NOT_FOUND", name
+        # The same bytes on the wire, with no client-side normalisation in between.
+        request = f"GET /static/{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        received, _ = await exchange(str(http.base_url).rstrip("/"), request.encode(), within=5)
+        assert received.startswith(b"HTTP/1.1 404"), (name, received[:200])
+    for name, kind in (("dataClient.js", "text/javascript"), ("demo.css", "text/css")):
+        resp = await http.get(f"/static/{name}")
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith(kind)
+
+
 async def test_metrics_require_the_metrics_token_when_it_is_set(
     bff_env: dict[str, str], tmp_path: Path
 ) -> None:
