@@ -30,7 +30,14 @@ DEV_SUFFIX = "-dev"
 SUFFIXES = ("", DEV_SUFFIX)  # live, dev
 STATUSES = ("pending", "in_progress", "done", "poison", "cancelled")
 LIVE_STATUSES = ("pending", "in_progress")
-INVALIDATE_CHANNEL = "dataplane_invalidate"  # cache tags dropped on every worker
+# Cache invalidation, broadcast to every worker: each notify's payload is one cache tag,
+# and each worker drops the entries carrying it. The tags an entry carries (see
+# ``Operation.cache_tags``) are ``c:<client>``; and, for each user its result is about,
+# ``u:<user>`` (that user's entries of every client) and ``client_tag(client, "u:<user>")``
+# = ``c:<client>|u:<user>`` (that user's entries of that client only: client ids hold no
+# ``|``, so the first ``|`` ends the client and no two clients' tags can meet).
+INVALIDATE_CHANNEL = "dataplane_invalidate"
+MAX_TAG_BYTES = 1024  # a cache tag in UTF-8, client prefix included (well within a notify)
 
 _SURFACE_ID = re.compile(r"[a-z][a-z0-9_]*")
 # Of every name derived from a surface id, the dev tier's wake channel is the longest.
@@ -118,6 +125,31 @@ class QueueType:
 @lru_cache(maxsize=256)
 def _parse(text: str) -> QueueType:
     return QueueType._from_text(text)
+
+
+def client_tag(client: str, tag: str) -> str:
+    """``tag`` (a ``u:`` tag) for the entries of ``client`` only: ``c:<client>|<tag>``."""
+    if not client or "|" in client:
+        raise InvalidArgument(f"a client id is non-empty and holds no '|', got {client!r}")
+    if not tag.startswith("u:"):
+        raise InvalidArgument(f"only u: tags are scoped to a client, got {tag!r}")
+    return f"c:{client}|{tag}"
+
+
+def check_tag(tag: object) -> str:
+    """``tag`` if it can travel as an invalidation: non-empty text of at most
+    ``MAX_TAG_BYTES`` in UTF-8, without NUL (so: no lone surrogate either)."""
+    if not isinstance(tag, str) or not tag:
+        raise InvalidArgument(f"a cache tag is a non-empty string, got {tag!r}")
+    if "\x00" in tag:
+        raise InvalidArgument("a cache tag may not hold NUL")
+    try:
+        size = len(tag.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument("a cache tag must be text (no unpaired surrogate)") from None
+    if size > MAX_TAG_BYTES:
+        raise InvalidArgument(f"a cache tag is at most {MAX_TAG_BYTES} bytes, got {size}")
+    return tag
 
 
 def check_queue_type(queue_type: str | QueueType) -> str:

@@ -92,8 +92,10 @@ def test_cache_tags_follow_who_the_result_is_about() -> None:
     schema = {"type": "object", "properties": {"learner": {"type": "string"}}}
     about_param = Operation("get", 1, schema, handler, ttl_seconds=5, user_param="learner")
     about_caller = Operation("me", 1, schema, handler, ttl_seconds=5, per_user=True)
-    assert about_param.cache_tags(CALLER, {"learner": "L1"}) == ["c:acme", "u:L1"]
-    assert about_caller.cache_tags(CALLER, {}) == ["c:acme", "u:u7"]
+    # u:<user> for a service's invalidation (every client), c:<client>|u:<user> for a
+    # staff caller's (its own client only).
+    assert about_param.cache_tags(CALLER, {"learner": "L1"}) == ["c:acme", "u:L1", "c:acme|u:L1"]
+    assert about_caller.cache_tags(CALLER, {}) == ["c:acme", "u:u7", "c:acme|u:u7"]
 
 
 def test_every_declared_version_is_served() -> None:
