@@ -2,11 +2,15 @@
 
 ``scopeKey = sha256(canonical(sorted(branches)) | staff)`` and
 ``dedupeKey = sha256(surface | operation | version | client | scopeKey |
-canonical(params) [| tier])``, where canonical JSON has sorted keys, no
-insignificant whitespace and UTF-8 text, and the tier (the queue type's suffix,
-``-dev``) is appended when not live. Two operators whose scopes differ never
-share a job or a cache entry; equal params in any key order share both; the live
-and dev tiers, sharing one queue DB, never share a row.
+canonical(params) [| tier] [| user:canonical(sub)])``, where canonical JSON has
+sorted keys, no insignificant whitespace and UTF-8 text, the tier (the queue
+type's suffix, ``-dev``) is appended when not live, and the caller's ``sub`` is
+appended for a ``per_user`` operation (its answer is about the caller). The key is
+the row's dedupe key, the worker's cache key and its single-flight key: everything
+an answer depends on is in it. Two operators whose scopes differ never share a job
+or a cache entry; two callers of a per-user operation never do either, however
+alike their scopes; equal params in any key order share both; the live and dev
+tiers, sharing one queue DB, never share a row.
 """
 
 from __future__ import annotations
@@ -60,12 +64,21 @@ def dedupe_key(
     scope: str,
     params: Mapping[str, Any],
     tier: str = "",
+    user: str | None = None,
 ) -> str:
+    """The key of a request; ``user`` (the caller's ``sub``) only for a per-user operation.
+
+    The parts are unambiguous: surface, operation and client hold no ``|``, the scope
+    is hex, canonical JSON of an object ends where it closes, the tier starts with
+    ``-`` and the user part with ``user:`` followed by a JSON string.
+    """
     parts = [surface, operation, str(version), client, scope, canonical_json(params)]
     if any("|" in p for p in parts[:4]):
         raise InvalidArgument("surface, operation and client may not contain '|'")
     if tier:  # the live tier keeps the keys it always had
         parts.append(tier)
+    if user is not None:  # so do operations that are not per user
+        parts.append("user:" + canonical_json(user))
     return _sha256("|".join(parts))
 
 
@@ -134,6 +147,10 @@ class Envelope:
     auth: Auth
     traceparent: str | None = None
     tier: str = ""  # the queue type's suffix: "" (live) or "-dev"
+    # The operation's answer is about the caller (``Operation.per_user``): the caller is
+    # part of the key. Set by whoever builds the envelope from the operation's
+    # declaration (the BFF, and the worker from its own); carried as ``perUser``.
+    per_user: bool = False
 
     @property
     def dedupe_key(self) -> str:
@@ -145,6 +162,7 @@ class Envelope:
             self.auth.scope_key,
             self.params,
             self.tier,
+            self.auth.user_id if self.per_user else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -160,6 +178,8 @@ class Envelope:
             out["traceparent"] = self.traceparent
         if self.tier:
             out["tier"] = self.tier
+        if self.per_user:
+            out["perUser"] = True
         return out
 
     @classmethod
@@ -184,6 +204,9 @@ class Envelope:
         tier = data.get("tier", "")
         if not isinstance(tier, str):
             raise InvalidArgument("envelope tier must be a string")
+        per_user = data.get("perUser", False)
+        if not isinstance(per_user, bool):
+            raise InvalidArgument("envelope perUser must be a boolean")
         return cls(
             surface=surface,
             operation=operation,
@@ -192,4 +215,5 @@ class Envelope:
             auth=Auth.from_json(auth),
             traceparent=traceparent if isinstance(traceparent, str) else None,
             tier=tier,
+            per_user=per_user,
         )

@@ -6,14 +6,17 @@ Served by ``hypercorn -k trio telemetry.capcom:app``. Routes::
                                 at most MAX_BATCH of them) -> 204, one INSERT into worker_runs
     GET  /healthz               liveness
     GET  /readyz                configured and the database answers
-    GET  /metrics               Prometheus text, when DATAPLANE_METRICS=1 (404 otherwise)
+    GET  /metrics               Prometheus text, when DATAPLANE_METRICS=1 (404 otherwise);
+                                only to the bearer of DATAPLANE_METRICS_TOKEN when it is set
 
 A report POST is an HTTP server span in the sender's trace (its ``traceparent``
 header), its INSERT a client span under it.
 
 Configuration (environment, read once at startup): ``CAPCOM_TOKEN``, the bearer token
 every worker shares; ``CAPCOM_DB_URL``, the database holding ``worker_runs``, by
-default ``MAESTRO_QUEUES_URL``.
+default ``MAESTRO_QUEUES_URL``; ``DATAPLANE_METRICS_TOKEN``, the bearer token a
+scraper of ``/metrics`` must send (as at the BFF; unset, ``/metrics`` is open and a
+warning at startup says so).
 
 States: *not configured* (no token: every report is answered 503; no database: 503
 after the token check) or *serving*. The database pool lives in a task of the app's
@@ -55,6 +58,7 @@ from dataplane.edge import (
     install_error_handlers,
     json_response,
     prometheus_response,
+    require_bearer,
     server_span,
 )
 from dataplane.errors import DatabaseError, DatabaseUnavailable
@@ -86,6 +90,7 @@ class CapcomSettings:
 
     token: str | None = setting("CAPCOM_TOKEN", None)
     db_url: str | None = setting(("CAPCOM_DB_URL", "MAESTRO_QUEUES_URL"), None)
+    metrics_token: str | None = setting("DATAPLANE_METRICS_TOKEN", None)
 
 
 # -- the body ---------------------------------------------------------------
@@ -112,6 +117,7 @@ class _State:
     db: Database | None = None
     why: str = "capcom is starting"
     metrics: bool = False
+    metrics_token: str | None = None
     telemetry: Telemetry | None = None
 
 
@@ -129,6 +135,12 @@ def create_app() -> QuartTrio:
         settings = from_env(CapcomSettings)
         state.telemetry = setup_telemetry(SERVICE_NAME)
         state.metrics = state.telemetry.prometheus
+        state.metrics_token = settings.metrics_token
+        if state.metrics and not settings.metrics_token:
+            log.warning(
+                "GET /metrics is served to anyone who reaches this port: "
+                "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
+            )
         initialise("capcom")
         state.token = settings.token
         if settings.token is None:
@@ -166,6 +178,7 @@ def create_app() -> QuartTrio:
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        require_bearer(state.metrics_token, "DATAPLANE_METRICS_TOKEN")
         if not state.metrics:
             raise ApiError(404, "metrics are off: set DATAPLANE_METRICS=1")
         return prometheus_response(prometheus_text())

@@ -16,6 +16,8 @@ with it costs a keyed hash and a dict lookup, not a second verification.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -35,6 +37,13 @@ from dataplane.errors import ConfigError, DataPlaneError, InvalidArgument
 
 LEEWAY_SECONDS = 30  # clock skew tolerated on exp/nbf/iat
 MAX_TOKEN_BYTES = 8192
+MAX_JWKS_BYTES = 1024 * 1024  # a key set larger than this is refused (kept: the old one)
+MAX_SKIPS_LOGGED = 10  # unusable JWKS entries named in the one log line per document
+# The asymmetric signature algorithms a JWKS key may carry (or have inferred from its
+# type); anything else — "none", HS*, a list — makes that entry unusable, not the set.
+JWKS_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +177,14 @@ class JwksKeys:
       or when the cache is older than ``max_age_seconds`` (so a key the provider
       retired stops being accepted).
     * The fetched set replaces the cache: during a rotation the provider publishes
-      both keys, and both are accepted. A failed fetch (``timeout_seconds`` per try)
-      keeps the cache as it was and counts toward the refresh interval.
+      both keys, and both are accepted. A failed fetch (``timeout_seconds`` per try,
+      a document of at most ``MAX_JWKS_BYTES``) keeps the cache as it was and counts
+      toward the refresh interval.
+    * One bad entry costs only itself: an entry that is not a usable signing key of
+      :data:`JWKS_ALGORITHMS` (an ``alg`` that is not one of them — ``none``, ``HS256``,
+      a list —, no ``kid``, a key that does not parse or does not fit its ``alg``) is
+      skipped and the others are kept. What was skipped, and why, is logged once per
+      document (a fetch of the same document again logs nothing).
     """
 
     def __init__(
@@ -190,7 +205,9 @@ class JwksKeys:
         self._fetched_at: float | None = None  # trio clock, successful fetch
         self._tried_at: float | None = None  # trio clock, any attempt
         self._lock = trio.Lock()
+        self._reported: bytes | None = None  # digest of the last document logged about
         self.fetches = 0  # attempts, for operators and tests
+        self.skipped = 0  # entries of the current document that were not usable
 
     def key_for(self, token: str) -> tuple[Any, str]:
         """The cached key and algorithm for ``token`` (AuthError if there is none)."""
@@ -222,18 +239,45 @@ class JwksKeys:
         """Fetch the key set now (bounded by ``timeout_seconds``); keep the old on failure."""
         self.fetches += 1
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_seconds) as client:
-                with trio.fail_after(self.timeout_seconds):
-                    resp = await client.get(self.url, headers={"Accept": "application/json"})
-            resp.raise_for_status()
-            keys = _usable_keys(resp.json())
-        except (httpx.HTTPError, trio.TooSlowError, ValueError, jwt.PyJWTError) as exc:
+            with trio.fail_after(self.timeout_seconds):
+                body = await self._fetch()
+            keys, skipped = usable_keys(json.loads(body))
+        except (httpx.HTTPError, trio.TooSlowError, ValueError, RecursionError) as exc:
             log.warning(
                 "JWKS fetch from %s failed (keeping %d key(s)): %r", self.url, len(self._keys), exc
             )
             return
         self._keys = keys
         self._fetched_at = trio.current_time()
+        self.skipped = len(skipped)
+        digest = hashlib.sha256(body).digest()
+        if skipped and digest != self._reported:
+            named = skipped[:MAX_SKIPS_LOGGED]
+            if len(skipped) > len(named):
+                named.append(f"and {len(skipped) - len(named)} more")
+            log.warning(
+                "JWKS from %s: skipped %d unusable entr%s, kept %d key(s): %s",
+                self.url,
+                len(skipped),
+                "y" if len(skipped) == 1 else "ies",
+                len(keys),
+                "; ".join(named),
+            )
+        self._reported = digest
+
+    async def _fetch(self) -> bytes:
+        """The document's bytes: a 2xx answer of at most ``MAX_JWKS_BYTES``."""
+        async with (
+            httpx.AsyncClient(timeout=self.timeout_seconds) as client,
+            client.stream("GET", self.url, headers={"Accept": "application/json"}) as resp,
+        ):
+            resp.raise_for_status()
+            body = bytearray()
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_JWKS_BYTES:
+                    raise ValueError(f"the JWKS document is over {MAX_JWKS_BYTES} bytes")
+            return bytes(body)
 
     def _stale(self) -> bool:
         return (
@@ -253,22 +297,57 @@ def _kid_of(token: str) -> str:
     return kid
 
 
-def _usable_keys(document: Any) -> dict[str, jwt.PyJWK]:
-    """The signing keys of a JWKS document, by ``kid`` (asymmetric, with a ``kid``)."""
+def usable_keys(document: Any) -> tuple[dict[str, jwt.PyJWK], list[str]]:
+    """The signing keys of a JWKS document by ``kid``, and why each other entry was
+    skipped (one short line each). ``ValueError`` only when it is no JWKS at all."""
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise ValueError("not a JWKS document (no 'keys' list)")
     keys: dict[str, jwt.PyJWK] = {}
-    for data in document["keys"]:
-        if not isinstance(data, dict) or data.get("kty") == "oct" or data.get("use") == "enc":
-            continue
-        kid = data.get("kid")
-        if not isinstance(kid, str) or not kid:
-            continue
+    skipped: list[str] = []
+    for index, data in enumerate(document["keys"]):
+        if isinstance(data, dict) and (data.get("kty") == "oct" or data.get("use") == "enc"):
+            continue  # a shared secret or an encryption key: not ours to verify with
         try:
-            keys[kid] = jwt.PyJWK(data)
-        except jwt.PyJWTError:
-            continue  # a key type or algorithm this PyJWT cannot use: skip it
-    return keys
+            kid, key = _signing_key(data)
+        except _BadEntry as exc:
+            skipped.append(f"keys[{index}]{_kid_label(data)}: {exc}")
+            continue
+        keys[kid] = key
+    return keys, skipped
+
+
+class _BadEntry(Exception):
+    """A JWKS entry that is not a usable signing key (why, in one short line)."""
+
+
+def _kid_label(data: Any) -> str:
+    kid = data.get("kid") if isinstance(data, dict) else None
+    return f" (kid {kid[:40]!r})" if isinstance(kid, str) else ""
+
+
+def _signing_key(data: Any) -> tuple[str, jwt.PyJWK]:
+    if not isinstance(data, dict):
+        raise _BadEntry(f"an entry must be a JSON object, not {type(data).__name__}")
+    kid = data.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise _BadEntry("no 'kid' (a token names its key by it)")
+    alg = data.get("alg")
+    if alg is not None and (not isinstance(alg, str) or alg not in JWKS_ALGORITHMS):
+        raise _BadEntry(f"'alg' {_short(alg)} is not one of {', '.join(sorted(JWKS_ALGORITHMS))}")
+    if not isinstance(data.get("kty"), str):
+        raise _BadEntry(f"'kty' {_short(data.get('kty'))} is not a key type")
+    try:
+        key = jwt.PyJWK(data)
+    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+        raise _BadEntry(f"not a usable key: {_short(str(exc))}") from None
+    if key.algorithm_name not in JWKS_ALGORITHMS:  # inferred from the key type
+        raise _BadEntry(f"its algorithm {key.algorithm_name!r} is not accepted")
+    return kid, key
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 NOT_TEXT = "token claims must be text: no NUL characters, no unpaired surrogates"

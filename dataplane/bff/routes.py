@@ -144,6 +144,7 @@ async def enqueue(surface_id: str) -> Response:
             auth,
             current_traceparent(),
             tier=p.config.queue_suffix,
+            per_user=op.per_user,
         )
         heard = p.pump.heard()  # before the job can finish: see prefer.wait_finished
         try:
@@ -379,10 +380,25 @@ async def openapi() -> Response:
 # -- request helpers --------------------------------------------------------------
 
 
+def _static_files() -> dict[str, Path]:
+    """The files ``/static/<name>`` may serve: by name, those of ``bff/static`` (flat, no
+    dot-files) of a type in ``STATIC_TYPES``. Listed once: a request's name is looked up,
+    never joined to a path, so no name (NUL, too long, not UTF-8, ``..``) reaches the
+    file system."""
+    return {
+        path.name: path
+        for path in STATIC.iterdir()
+        if path.is_file() and not path.name.startswith(".") and path.suffix in STATIC_TYPES
+    }
+
+
+STATIC_FILES = _static_files()
+
+
 async def static_response(name: str) -> Response:
-    """A file of ``bff/static`` (flat: no sub-directories, no dot-files)."""
-    path = STATIC / name
-    if "/" in name or name.startswith(".") or path.suffix not in STATIC_TYPES:
+    """A file of ``bff/static`` (see :func:`_static_files`); 404 for any other name."""
+    path = STATIC_FILES.get(name)
+    if path is None:
         raise ApiError(404, "no such file")
     try:
         data = await trio.Path(path).read_bytes()

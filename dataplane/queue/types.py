@@ -6,6 +6,14 @@ on (``surface_<id>_done``, ``surface_<id>_dev_done``) and the *wake* channel an
 enqueue notifies so an idle worker claims at once (``<type>_enqueued``). The SQL
 side computes the same names with one function each, ``maestro_done_channel``
 and ``maestro_wake_channel`` (migrations 0001 and 0004); a test holds them equal.
+
+A surface id (:func:`check_surface_id`) is what every tier's names can be built
+from: lower-case letters, digits and ``_``, starting with a letter; short enough
+that the longest name derived from it, the dev tier's wake channel
+``surface-<id>-dev_enqueued``, fits Postgres's 63-byte identifier limit (a longer
+channel name is refused by ``pg_notify`` and silently cut by ``LISTEN``), so at most
+:data:`MAX_SURFACE_ID_LENGTH` characters; and not ending in ``_dev``, whose live
+done channel would be another surface's dev-tier one (``surface_x_dev_done``).
 """
 
 from __future__ import annotations
@@ -22,10 +30,44 @@ DEV_SUFFIX = "-dev"
 SUFFIXES = ("", DEV_SUFFIX)  # live, dev
 STATUSES = ("pending", "in_progress", "done", "poison", "cancelled")
 LIVE_STATUSES = ("pending", "in_progress")
-INVALIDATE_CHANNEL = "dataplane_invalidate"  # cache tags dropped on every worker
+# Cache invalidation, broadcast to every worker: each notify's payload is one cache tag,
+# and each worker drops the entries carrying it. The tags an entry carries (see
+# ``Operation.cache_tags``) are ``c:<client>``; and, for each user its result is about,
+# ``u:<user>`` (that user's entries of every client) and ``client_tag(client, "u:<user>")``
+# = ``c:<client>|u:<user>`` (that user's entries of that client only: client ids hold no
+# ``|``, so the first ``|`` ends the client and no two clients' tags can meet).
+INVALIDATE_CHANNEL = "dataplane_invalidate"
+MAX_TAG_BYTES = 1024  # a cache tag in UTF-8, client prefix included (well within a notify)
 ROWS_DELETED_CHANNEL = "maestro_rows_deleted"  # rows deleted (migration 0009's trigger)
 
 _SURFACE_ID = re.compile(r"[a-z][a-z0-9_]*")
+# Of every name derived from a surface id, the dev tier's wake channel is the longest.
+_LONGEST_NAME = f"{PREFIX}{{}}{DEV_SUFFIX}_enqueued"
+MAX_SURFACE_ID_LENGTH = MAX_IDENTIFIER_BYTES - len(_LONGEST_NAME.format(""))  # characters
+
+
+def check_surface_id(surface_id: object) -> str:
+    """``surface_id`` if every queue type and channel name of every tier can be built
+    from it; :class:`InvalidArgument` with one line saying why not otherwise."""
+    if not isinstance(surface_id, str) or not _SURFACE_ID.fullmatch(surface_id):
+        raise InvalidArgument(
+            "a surface id is lower-case letters, digits and _, starting with a letter; "
+            f"got {surface_id!r}"
+        )
+    if len(surface_id) > MAX_SURFACE_ID_LENGTH:
+        raise InvalidArgument(
+            f"surface id {surface_id!r} is {len(surface_id)} characters; at most "
+            f"{MAX_SURFACE_ID_LENGTH} fit, so that its channel names (the longest is "
+            f"{_LONGEST_NAME.format('<id>')!r}) stay within Postgres's "
+            f"{MAX_IDENTIFIER_BYTES}-byte identifier limit"
+        )
+    if surface_id.endswith("_dev"):
+        dev_of = surface_id.removesuffix("_dev")
+        raise InvalidArgument(
+            f"surface id {surface_id!r} may not end in '_dev': its done channel would be "
+            f"the dev tier's of surface {dev_of!r} (surface_{surface_id}_done)"
+        )
+    return surface_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +78,9 @@ class QueueType:
     suffix: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.surface, str) or not _SURFACE_ID.fullmatch(self.surface):
-            raise InvalidArgument(
-                f"surface id must be lower-case letters, digits and _, got {self.surface!r}"
-            )
+        check_surface_id(self.surface)
         if self.suffix not in SUFFIXES:
             raise InvalidArgument(f"queue suffix must be '' or '-dev', got {self.suffix!r}")
-        for channel in (self.done_channel, self.wake_channel):
-            if len(channel.encode()) > MAX_IDENTIFIER_BYTES:
-                raise InvalidArgument(f"queue type {self.name!r} is too long for its channels")
 
     @classmethod
     def parse(cls, text: str | QueueType) -> QueueType:
@@ -90,6 +126,31 @@ class QueueType:
 @lru_cache(maxsize=256)
 def _parse(text: str) -> QueueType:
     return QueueType._from_text(text)
+
+
+def client_tag(client: str, tag: str) -> str:
+    """``tag`` (a ``u:`` tag) for the entries of ``client`` only: ``c:<client>|<tag>``."""
+    if not client or "|" in client:
+        raise InvalidArgument(f"a client id is non-empty and holds no '|', got {client!r}")
+    if not tag.startswith("u:"):
+        raise InvalidArgument(f"only u: tags are scoped to a client, got {tag!r}")
+    return f"c:{client}|{tag}"
+
+
+def check_tag(tag: object) -> str:
+    """``tag`` if it can travel as an invalidation: non-empty text of at most
+    ``MAX_TAG_BYTES`` in UTF-8, without NUL (so: no lone surrogate either)."""
+    if not isinstance(tag, str) or not tag:
+        raise InvalidArgument(f"a cache tag is a non-empty string, got {tag!r}")
+    if "\x00" in tag:
+        raise InvalidArgument("a cache tag may not hold NUL")
+    try:
+        size = len(tag.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument("a cache tag must be text (no unpaired surrogate)") from None
+    if size > MAX_TAG_BYTES:
+        raise InvalidArgument(f"a cache tag is at most {MAX_TAG_BYTES} bytes, got {size}")
+    return tag
 
 
 def check_queue_type(queue_type: str | QueueType) -> str:

@@ -13,9 +13,11 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   ``/openapi.json``; ``default`` values are filled in and integral numbers given
   for ``integer`` normalised, so equal requests coalesce;
 * ``ttl_seconds``: 0 (always fresh, never cached) or how long the worker caches a
-  result; its cache tags are ``c:<client>`` and ``u:<user>`` for the user the
-  result is about: ``user_param`` names the parameter holding that user, and
-  ``per_user`` says it is about the caller (``u:<caller's sub>``);
+  result; its cache tags are ``c:<client>`` and ``u:<user>`` (with its client-scoped
+  twin ``c:<client>|u:<user>``) for the user the result is about: ``user_param``
+  names the parameter holding that user, and ``per_user`` says it is about the
+  caller (``u:<caller's sub>``): the caller is then part of its dedupe key, so it
+  is cached and coalesced per caller;
 * ``gates``: checks of the caller against the request (:data:`STAFF_ONLY`,
   :func:`branch_in_scope`, :func:`client_match`, or their names ``"staff"``,
   ``"branch-in-scope:<param>"``, ``"client-match:<param>"``), run at the BFF for a
@@ -27,7 +29,10 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   (400/403/404) for an expected error: an answer, never retried.
 
 A declaration that cannot work is refused when the surface is built (and so when a
-process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem.
+process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem. A
+surface id must name a queue type and channels on every tier
+(:func:`~dataplane.queue.types.check_surface_id`: at most 42 characters of ``a-z``,
+``0-9`` and ``_``, starting with a letter, not ending in ``_dev``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import jsonschema_rs
 from dataplane.envelope import Auth
 from dataplane.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
+from dataplane.queue.types import check_surface_id, client_tag
 
 if TYPE_CHECKING:
     from dataplane.db import Database
@@ -324,12 +330,17 @@ class Operation:
         return normalised
 
     def cache_tags(self, auth: Auth, params: Mapping[str, Any]) -> list[str]:
-        """``c:<client>``, and ``u:<user>`` for the user the result is about."""
+        """``c:<client>``; and for each user the result is about, ``u:<user>`` (dropped
+        by a service's invalidation, for every client) and ``c:<client>|u:<user>``
+        (dropped by a staff caller's ``u:<user>``, for its own client only)."""
         tags = [f"c:{auth.client}"]
+        users: list[str] = []
         if self.per_user:
-            tags.append(f"u:{auth.user_id}")
+            users.append(f"u:{auth.user_id}")
         if self.user_param is not None and params.get(self.user_param) is not None:
-            tags.append(f"u:{params[self.user_param]}")
+            users.append(f"u:{params[self.user_param]}")
+        for user in users:
+            tags += [user, client_tag(auth.client, user)]
         return tags
 
 
@@ -345,8 +356,7 @@ class Surface:
     versions: Mapping[tuple[str, int], Operation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.id):
-            raise InvalidArgument(f"surface id {self.id!r} must be lower-case letters and digits")
+        check_surface_id(self.id)  # every tier's queue type and channels can be named
         if not self.versions:
             object.__setattr__(
                 self, "versions", {(op.name, op.version): op for op in self.operations.values()}

@@ -8,12 +8,10 @@ under the entry-point group ``dataplane.surfaces``, a module with one operation
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from dataplane.errors import InvalidArgument
-
-_ID = re.compile(r"[a-z][a-z0-9_]*")
+from dataplane.queue.types import check_surface_id
 
 PYPROJECT = """\
 [build-system]
@@ -130,8 +128,7 @@ The `{name}` surface of the Surface Data Plane, written with `dataplane`'s publi
 
 def scaffold(name: str, where: Path) -> Path:
     """Write the package for surface ``name`` under ``where``; return its directory."""
-    if not _ID.fullmatch(name):
-        raise InvalidArgument(f"a surface name is lower-case letters, digits and _, got {name!r}")
+    check_surface_id(name)  # as surface(...) will when the package is loaded
     module = f"{name}_surface"
     dist = f"{name.replace('_', '-')}-surface"
     root = where / dist

@@ -2,10 +2,12 @@
 
 :class:`TtlCache` holds results of cacheable operations (``ttl_seconds > 0``)
 under their dedupe key — which includes client and scope, so two scopes never
-share an entry. Entries carry tags (``c:<client>``, ``u:<userId>``) for O(1)
-invalidation; at most ``cap`` entries, oldest first out; expired entries are
-dropped when met. Invalidations arrive from every process over
-``pg_notify('dataplane_invalidate', tag)``.
+share an entry, and for a ``per_user`` operation the caller, so two users never
+do. Entries carry tags for O(1) invalidation (``c:<client>``, and ``u:<user>`` with
+its client-scoped twin ``c:<client>|u:<user>``: see ``Operation.cache_tags``); at
+most ``cap`` entries, oldest first out; expired entries are dropped when met.
+Invalidations arrive from every process over ``pg_notify('dataplane_invalidate',
+tag)``, one tag per notify (the wire format: :mod:`dataplane.queue.types`).
 
 :class:`SingleFlight` lets one execution per key run at a time inside the
 process: a second caller for the same key waits for the first and shares its
@@ -174,4 +176,9 @@ class SingleFlight(Generic[T]):
             flight.done.set()
 
     def in_flight(self) -> int:
+        """Executions in the air (one per key)."""
         return len(self._flights)
+
+    def callers(self) -> int:
+        """Callers in the air: each execution's leader and the followers waiting on it."""
+        return sum(1 + flight.followers for flight in self._flights.values())

@@ -335,7 +335,13 @@ class JobExecutor:
         # The key this worker caches and single-flights under is its own, computed
         # from the checked envelope; the row's dedupe_key is not trusted for it.
         checked = Envelope(
-            envelope.surface, op.name, op.version, params, envelope.auth, tier=self.tier
+            envelope.surface,
+            op.name,
+            op.version,
+            params,
+            envelope.auth,
+            tier=self.tier,
+            per_user=op.per_user,  # from this worker's declaration, not the row
         )
         key = checked.dedupe_key
         if op.cacheable:

@@ -4,13 +4,16 @@ server (Hypercorn on 127.0.0.1, in the test's nursery) that rotates its keys.
 ``kid`` is required; keys are cached (verifying with a cached key fetches nothing);
 an unknown ``kid`` fetches the set at most once per refresh interval; during a
 rotation both keys are valid, and a retired key stops being accepted once the cache
-ages out; a JWKS server that never answers costs a bounded wait, not a hang.
+ages out; a JWKS server that never answers costs a bounded wait, not a hang; an
+entry with an odd ``alg`` (a list, ``none``, ``HS256``) is skipped, and logged once
+per document, while the document's other keys serve.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -200,4 +203,62 @@ async def test_a_jwks_server_that_never_answers_costs_a_bounded_wait(
             return (await status(http, signed(key_a, "a")))[0] == 202
 
         await wait_until(accepted, within=5 * REFRESH + 5, interval=0.2)
+    shutdown.set()
+
+
+async def test_one_odd_entry_costs_only_itself_and_is_logged_once_per_document(
+    jwks_env: JwksServer, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = jwks_env
+    key_a, jwk_a = rsa_key("a")
+    key_c, jwk_c = ec_key("c")
+    key_odd, jwk_odd = rsa_key("listed")
+    server.keys = [
+        {**jwk_odd, "alg": ["RS256"]},  # a list
+        {**rsa_key("none")[1], "alg": "none"},
+        {**rsa_key("hs")[1], "alg": "HS256"},  # outside the accepted family
+        jwk_a,
+        jwk_c,
+    ]
+    caplog.set_level(logging.WARNING, logger="dataplane.bff.auth")
+    base, _app, shutdown = await start_bff(nursery)  # boots: the startup fetch keeps a, c
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        assert (await status(http, signed(key_a, "a")))[0] == 202
+        assert (await status(http, signed(key_c, "c", "ES256")))[0] == 202
+        code, message = await status(http, signed(key_odd, "listed"))
+        assert code == 401 and "kid" in message
+        unsigned = jwt.encode(
+            {"sub": "u1", "client": "acme", "staff": True, "branches": ["*"], "exp": 2**31},
+            None,
+            algorithm="none",
+            headers={"kid": "none"},
+        )
+        code, message = await status(http, unsigned)
+        assert code == 401 and "kid" in message
+
+        # The same document, fetched again (unknown kids, past the refresh interval):
+        # logged once, not once per fetch.
+        fetched = server.fetches
+        with trio.fail_after(10 * REFRESH + 10):
+            while server.fetches < fetched + 2:
+                await status(http, signed(key_a, "unknown"))
+                await trio.sleep(0.1)
+        skipped = [r for r in caplog.records if "unusable entr" in r.getMessage()]
+        assert len(skipped) == 1, [r.getMessage() for r in skipped]
+        line = skipped[0].getMessage()
+        assert "skipped 3 unusable entries, kept 2 key(s)" in line
+        assert "'listed'" in line and "'none'" in line and "'HS256'" in line
+
+        # A changed document is logged again, and its good keys still serve.
+        server.keys = [{**jwk_a, "alg": "none"}, jwk_c]
+
+        async def a_dropped() -> bool:
+            return (await status(http, signed(key_a, "a")))[0] == 401
+
+        await wait_until(a_dropped, within=MAX_AGE + 2 * REFRESH + 5, interval=0.2)
+        assert (await status(http, signed(key_c, "c", "ES256")))[0] == 202
+        skipped = [r for r in caplog.records if "unusable entr" in r.getMessage()]
+        assert len(skipped) == 2 and "skipped 1 unusable entry, kept 1 key(s)" in (
+            skipped[1].getMessage()
+        )
     shutdown.set()

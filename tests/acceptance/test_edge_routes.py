@@ -2,7 +2,8 @@
 
 * Every unknown route answers the JSON error body, a doubled slash included (no
   HTML 308 "merge slashes" redirect).
-* ``GET /metrics`` requires ``DATAPLANE_METRICS_TOKEN`` as a bearer token when set.
+* ``GET /metrics`` requires ``DATAPLANE_METRICS_TOKEN`` as a bearer token when set,
+  on the BFF and on capcom.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import trio
 from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import STAFF, post
 from tests.acceptance.test_edge_connections import exchange
-from tests.helpers import BffProcess, bearer
+from tests.helpers import BffProcess, bearer, capcom_process
 
 
 async def test_a_doubled_slash_is_an_unknown_route_with_the_json_body(
@@ -48,6 +49,37 @@ async def test_a_doubled_slash_is_an_unknown_route_with_the_json_body(
     assert json.loads(body)["error"]["code"] == "NOT_FOUND"
 
 
+STATIC_NAMES = [
+    "index.html%00.js",  # NUL
+    "x" * 300 + ".js",  # longer than a file name may be
+    "%ff%fe.js",  # not UTF-8
+    "%ed%a0%80.js",  # an encoded lone surrogate
+    "index.html%20",
+    ".hidden.js",
+    "..%2fapp.py",
+    "..%5capp.py",
+    "index.html%0a.js",
+    "no-such.js",
+    "demo.css.py",
+]
+
+
+async def test_a_static_name_that_is_not_a_static_file_is_a_404(
+    http: httpx.AsyncClient,
+) -> None:
+    for name in STATIC_NAMES:
+        resp = await http.get(f"/static/{name}")
+        assert resp.status_code == 404, (name, resp.status_code, resp.text[:200])
+        assert resp.json()["error"]["code"] == "NOT_FOUND", name
+        # The same bytes on the wire, with no client-side normalisation in between.
+        request = f"GET /static/{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        received, _ = await exchange(str(http.base_url).rstrip("/"), request.encode(), within=5)
+        assert received.startswith(b"HTTP/1.1 404"), (name, received[:200])
+    for name, kind in (("dataClient.js", "text/javascript"), ("demo.css", "text/css")):
+        resp = await http.get(f"/static/{name}")
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith(kind)
+
+
 async def test_metrics_require_the_metrics_token_when_it_is_set(
     bff_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -77,6 +109,51 @@ async def test_metrics_without_a_token_are_open_and_say_so_at_startup(
 ) -> None:
     env = {**bff_env, "DATAPLANE_METRICS": "1"}
     proc = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
+    try:
+        await proc.wait_ready()
+        async with httpx.AsyncClient(base_url=proc.base, timeout=10) as client:
+            assert (await client.get("/metrics")).status_code == 200
+        assert "set DATAPLANE_METRICS_TOKEN" in proc.output()
+    finally:
+        proc.stop()
+
+
+async def test_capcoms_metrics_require_the_metrics_token_when_it_is_set(
+    queue_dsn: str, tmp_path: Path
+) -> None:
+    """As the BFF's: capcom serves /metrics to the bearer of DATAPLANE_METRICS_TOKEN only."""
+    env = {
+        "CAPCOM_DB_URL": queue_dsn,
+        "DATAPLANE_METRICS": "1",
+        "DATAPLANE_METRICS_TOKEN": "scrape-capcom-please",
+    }
+    proc = capcom_process(env, str(tmp_path / "capcom.log"), "capcom-token-0123456789")
+    try:
+        await proc.wait_ready()
+        async with httpx.AsyncClient(base_url=proc.base, timeout=10) as client:
+            for headers in (
+                {},
+                bearer("wrong"),
+                bearer("capcom-token-0123456789"),  # the report token is not the scrape token
+                {"Authorization": "scrape-capcom-please"},
+            ):
+                resp = await client.get("/metrics", headers=headers)
+                assert resp.status_code == 401, (headers, resp.text[:200])
+                assert resp.json()["error"] == {
+                    "status": 401,
+                    "code": "UNAUTHORIZED",
+                    "message": "send Authorization: Bearer <DATAPLANE_METRICS_TOKEN>",
+                }
+            resp = await client.get("/metrics", headers=bearer("scrape-capcom-please"))
+            assert resp.status_code == 200, resp.text
+            assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert "set DATAPLANE_METRICS_TOKEN" not in proc.output()
+    finally:
+        proc.stop()
+
+    # Without a token they stay open, and capcom says so at startup (as the BFF does).
+    open_env = {k: v for k, v in env.items() if k != "DATAPLANE_METRICS_TOKEN"}
+    proc = capcom_process(open_env, str(tmp_path / "capcom-open.log"), "capcom-token-0123456789")
     try:
         await proc.wait_ready()
         async with httpx.AsyncClient(base_url=proc.base, timeout=10) as client:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
+from dataplane import Auth, Operation, OperationContext
 from dataplane.errors import InvalidArgument
+from dataplane.queue.types import check_tag, client_tag
 from dataplane.worker.cache import SingleFlight, TtlCache
 
 
@@ -109,3 +113,23 @@ async def test_single_flight_shares_errors_and_recovers_from_a_cancelled_leader(
         await trio.testing.wait_all_tasks_blocked()
         leader.cancel()
     assert got == [(7, False)] and runs == ["run", "run"]
+
+
+def test_a_client_scoped_user_tag_drops_that_clients_entries_only() -> None:
+    async def handler(ctx: OperationContext) -> Any:
+        return None
+
+    op = Operation("me", 1, {"type": "object"}, handler, ttl_seconds=60, per_user=True)
+    cache = TtlCache()
+    for client in ("acme", "globex"):
+        auth = Auth(client, "42", "", False, ())
+        cache.put(client, client, 60, op.cache_tags(auth, {}))
+    assert cache.invalidate_tag(client_tag("globex", "u:42")) == 1
+    assert cache.keys() == ["acme"]
+    cache.put("globex", "globex", 60, op.cache_tags(Auth("globex", "42", "", False, ()), {}))
+    assert cache.invalidate_tag("u:42") == 2  # every client's (a service, the Python API)
+    for bad in ("", "u:\ud800", "u:\x00", "u:" + "x" * 2000, 42):
+        with pytest.raises(InvalidArgument):
+            check_tag(bad)
+    with pytest.raises(InvalidArgument):
+        client_tag("a|b", "u:1")  # a client id holds no '|': no two clients' tags meet

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jwt.algorithms import RSAAlgorithm
 
 from dataplane.bff.auth import (
+    JWKS_ALGORITHMS,
     NOT_TEXT,
     AuthError,
     JwtVerifier,
-    _usable_keys,
     auth_from_claims,
     claims_are_text,
+    usable_keys,
 )
 from dataplane.edge import ends_response
 from dataplane.errors import ConfigError
@@ -59,10 +63,55 @@ def test_only_asymmetric_signing_keys_with_a_kid_are_usable() -> None:
             "not a key",
         ]
     }
-    keys = _usable_keys(document)
+    keys, skipped = usable_keys(document)
     assert set(keys) == {"sig"} and keys["sig"].algorithm_name == "RS256"
+    assert len(skipped) == 3  # no kid, an unknown key type, not an object (enc, oct: quietly)
     with pytest.raises(ValueError):
-        _usable_keys({"no": "keys"})
+        usable_keys({"no": "keys"})
+
+
+RSA_JWK = json.loads(
+    RSAAlgorithm.to_jwk(rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key())
+)
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({**RSA_JWK, "kid": "odd", "alg": ["RS256"]}, "'alg' ['RS256'] is not one of"),
+        ({**RSA_JWK, "kid": "odd", "alg": "none"}, "'alg' 'none' is not one of"),
+        ({**RSA_JWK, "kid": "odd", "alg": "HS256"}, "'alg' 'HS256' is not one of"),
+        ({**RSA_JWK, "kid": "odd", "alg": {"x": 1}}, "is not one of"),
+        ({**RSA_JWK, "kid": "odd", "alg": "ES256"}, "not a usable key"),  # an RSA key
+        ({**RSA_JWK, "kid": "odd", "kty": ["RSA"]}, "'kty' ['RSA'] is not a key type"),
+        ({**RSA_JWK, "kid": "odd", "n": 5}, "not a usable key"),
+        ({**RSA_JWK, "kid": ["odd"]}, "no 'kid'"),
+    ],
+)
+def test_one_bad_entry_is_skipped_and_the_good_keys_kept(entry: dict[str, Any], why: str) -> None:
+    good = {**RSA_JWK, "kid": "good", "alg": "RS256"}
+    keys, skipped = usable_keys({"keys": [entry, good]})
+    assert set(keys) == {"good"}
+    assert len(skipped) == 1 and skipped[0].startswith("keys[0]") and why in skipped[0]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=8,
+)
+FIELDS = st.sampled_from(["kty", "kid", "alg", "use", "crv", "x", "y", "n", "e", "key_ops"])
+PLAUSIBLE = st.sampled_from(["RSA", "EC", "OKP", "oct", "none", "RS256", "ES256", "P-256", "AQAB"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(FIELDS, JSON | PLAUSIBLE, max_size=6) | JSON, max_size=4))
+def test_no_entry_can_cost_the_document_its_good_key(entries: list[Any]) -> None:
+    good = {**RSA_JWK, "kid": "good", "alg": "RS256"}
+    for where in (0, len(entries)):
+        keys, _skipped = usable_keys({"keys": [*entries[:where], good, *entries[where:]]})
+        assert "good" in keys
+        assert all(key.algorithm_name in JWKS_ALGORITHMS for key in keys.values())
 
 
 def test_one_source_of_keys_only() -> None:

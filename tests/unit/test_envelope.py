@@ -51,3 +51,26 @@ def test_envelope_round_trips_and_rejects_a_forged_scope_key() -> None:
     for broken in ({}, {"surface": 1}, {**env.to_json(), "params": []}):
         with pytest.raises(InvalidArgument):
             Envelope.from_json(broken)
+
+
+def test_a_per_user_key_names_the_caller_and_other_keys_stay_as_they_were() -> None:
+    base = ("probe", "cached", 1, "acme", scope_key(["a"], False), {"value": 1})
+    shared = dedupe_key(*base)
+    alice, bob = dedupe_key(*base, user="alice"), dedupe_key(*base, user="bob")
+    assert len({shared, alice, bob}) == 3
+    assert dedupe_key(*base, user="alice") == alice
+    assert dedupe_key(*base, "-dev", user="alice") not in (alice, dedupe_key(*base, "-dev"))
+    # A user id cannot pose as the tier, nor the tier as a user id.
+    assert dedupe_key(*base, user="-dev") != dedupe_key(*base, "-dev")
+
+    def env(user: str, per_user: bool) -> Envelope:
+        auth = Auth("acme", user, "", False, ("a",))
+        return Envelope("probe", "cached", 1, {"value": 1}, auth, per_user=per_user)
+
+    assert env("alice", False).dedupe_key == env("bob", False).dedupe_key == shared
+    assert env("alice", True).dedupe_key == alice and env("bob", True).dedupe_key == bob
+    again = Envelope.from_json(env("alice", True).to_json())
+    assert again.per_user and again.dedupe_key == alice
+    broken = {**env("alice", True).to_json(), "perUser": "yes"}
+    with pytest.raises(InvalidArgument):
+        Envelope.from_json(broken)

@@ -92,8 +92,10 @@ def test_cache_tags_follow_who_the_result_is_about() -> None:
     schema = {"type": "object", "properties": {"learner": {"type": "string"}}}
     about_param = Operation("get", 1, schema, handler, ttl_seconds=5, user_param="learner")
     about_caller = Operation("me", 1, schema, handler, ttl_seconds=5, per_user=True)
-    assert about_param.cache_tags(CALLER, {"learner": "L1"}) == ["c:acme", "u:L1"]
-    assert about_caller.cache_tags(CALLER, {}) == ["c:acme", "u:u7"]
+    # u:<user> for a service's invalidation (every client), c:<client>|u:<user> for a
+    # staff caller's (its own client only).
+    assert about_param.cache_tags(CALLER, {"learner": "L1"}) == ["c:acme", "u:L1", "c:acme|u:L1"]
+    assert about_caller.cache_tags(CALLER, {}) == ["c:acme", "u:u7", "c:acme|u:u7"]
 
 
 def test_every_declared_version_is_served() -> None:
@@ -106,3 +108,36 @@ def test_every_declared_version_is_served() -> None:
     with pytest.raises(HttpError) as info:
         s.operation("get", 3)
     assert info.value.status == 400 and "[1, 2]" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("x" * 43, "is 43 characters; at most 42 fit"),
+        ("a" + "b" * 59, "63-byte identifier limit"),
+        ("orders_dev", "may not end in '_dev'"),
+        ("Orders", "lower-case letters, digits and _"),
+        ("9lives", "starting with a letter"),
+        ("", "lower-case letters"),
+    ],
+)
+def test_a_surface_id_that_cannot_name_its_queues_is_refused_at_declaration(
+    bad: str, problem: str
+) -> None:
+    op = Operation("get", 1, {"type": "object"}, handler)
+    with pytest.raises(InvalidArgument) as info:
+        surface(op, id=bad)
+    assert problem in str(info.value) and "\n" not in str(info.value)
+    longest = surface(op, id="x" * 42)  # the longest that fits: every tier's names do
+    for suffix in ("", "-dev"):
+        qt = longest.queue_type(suffix)
+        assert max(len(n.encode()) for n in (qt.name, qt.done_channel, qt.wake_channel)) <= 63
+    assert len(longest.queue_type("-dev").wake_channel) == 63
+
+
+def test_a_package_declaring_a_bad_id_is_refused_when_loaded_with_one_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_registry(probe_enabled=False, modules=f"{FIXTURES}.long_id:SURFACE")
+    message = str(info.value)
+    assert "\n" not in message and f"{FIXTURES}.long_id:SURFACE" in message
+    assert "at most 42 fit" in message

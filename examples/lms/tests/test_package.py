@@ -35,7 +35,7 @@ def test_its_sql_and_seed_files_ship_with_it() -> None:
 def test_per_user_results_are_tagged_with_their_user() -> None:
     for surface, op in [(users, "detail"), (skills, "profile"), (learnerviews, "learner")]:
         declared = surface.SURFACE.operation(op)
-        assert declared.cache_tags(STAFF, {"userId": 42}) == ["c:acme", "u:42"]
+        assert declared.cache_tags(STAFF, {"userId": 42}) == ["c:acme", "u:42", "c:acme|u:42"]
     assert accounting.SURFACE.operation("invoices").cacheable
 
 
