@@ -7,9 +7,13 @@ any route Postgres offers: not as the login role, not as any role it is a member
 roles the statement ``ro_write_privileges`` looks at role attributes (superuser,
 ``CREATEDB``, ``CREATEROLE``, ``REPLICATION``, ``BYPASSRLS``), write-capable
 predefined roles, ``CREATE``/``TEMPORARY`` on the database, ``CREATE`` on schemas,
-table, column and sequence privileges, and ownership of anything in the database.
-It answers one row per hole, the gravest first; the worker refuses to boot naming
-the first.
+table, column and sequence privileges, ``UPDATE`` on large objects, ``EXECUTE`` on
+the functions that create, write or unlink large objects (``lo_create``,
+``lo_from_bytea``, ``lo_put``, ``lowrite``, ``lo_unlink``...: Postgres grants them to
+PUBLIC, so a client DB must revoke them), ``lo_compat_privileges`` (on, it skips the
+large objects' privilege checks), and ownership of anything in the database. It
+answers one row per hole, the gravest first; the worker refuses to boot naming the
+first.
 """
 
 from __future__ import annotations

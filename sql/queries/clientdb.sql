@@ -9,8 +9,11 @@
 -- attribute (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS), a write-capable
 -- predefined role, CREATE or TEMPORARY on the database, CREATE on a schema, a table
 -- write privilege (INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER, MAINTAIN on 17+), a
--- column INSERT/UPDATE grant, USAGE or UPDATE on a sequence (nextval), or owning
--- anything in this database (an owner may DROP or re-GRANT). Reported: the holes of
+-- column INSERT/UPDATE grant, USAGE or UPDATE on a sequence (nextval), UPDATE on a
+-- large object, EXECUTE on a function that creates, writes or unlinks large objects
+-- (PUBLIC has it as Postgres ships), or owning anything in this database (an owner may
+-- DROP or re-GRANT); and lo_compat_privileges on, which turns the large objects'
+-- privilege checks off. Reported: the holes of
 -- the roles it can be, and each SECURITY DEFINER function it can call (EXECUTE, and
 -- USAGE on its schema) whose owner can write, directly or through further such functions
 -- (owning functions does not count there: every such owner owns one).
@@ -87,6 +90,25 @@ hole(role_oid, rank, kind, name, owned_class) AS (
     SELECT role.oid, 9, 'sequence', rel.name, NULL
     FROM role CROSS JOIN rel
     WHERE rel.relkind = 'S' AND has_sequence_privilege(role.oid, rel.oid, 'USAGE, UPDATE')
+    UNION ALL
+    SELECT role.oid, 4, 'setting', 'lo_compat_privileges on', NULL
+    FROM role
+    WHERE role.rolname = current_user AND current_setting('lo_compat_privileges')::bool
+    UNION ALL
+    SELECT role.oid, 9, 'large object UPDATE', l.oid::text, NULL
+    FROM pg_largeobject_metadata l
+    CROSS JOIN LATERAL aclexplode(l.lomacl) a
+    JOIN role ON a.grantee = role.oid OR (a.grantee = 0 AND role.rolname = current_user)
+    WHERE a.privilege_type = 'UPDATE'
+    UNION ALL
+    SELECT role.oid, 10, 'large-object function',
+           'pg_catalog.' || p.proname::text
+               || '(' || pg_get_function_identity_arguments(p.oid) || ')', NULL
+    FROM role CROSS JOIN pg_proc p
+    WHERE p.pronamespace = 'pg_catalog'::regnamespace
+      AND p.proname IN ('lo_creat', 'lo_create', 'lo_from_bytea', 'lo_import', 'lo_export',
+                        'lo_put', 'lowrite', 'lo_truncate', 'lo_truncate64', 'lo_unlink')
+      AND has_function_privilege(role.oid, p.oid, 'EXECUTE')
 ),
 writer(oid) AS (
     SELECT role_oid FROM hole WHERE owned_class IS DISTINCT FROM 'pg_proc'::regclass
@@ -101,7 +123,7 @@ SELECT h.rank, h.kind, h.name,
        CASE WHEN m.rolname <> current_user THEN 'as role ' || m.rolname END AS detail
 FROM hole h JOIN me m ON m.oid = h.role_oid
 UNION ALL
-SELECT 10, 'SECURITY DEFINER function',
+SELECT 11, 'SECURITY DEFINER function',
        n.nspname::text || '.' || p.proname::text
            || '(' || pg_get_function_identity_arguments(p.oid) || ')',
        'runs as ' || pg_get_userbyid(p.proowner)::text || ', who can write'

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dataplane_lms.demo_db import create_demo_db
 from psycopg.conninfo import conninfo_to_dict
 
 from dataplane.db import DatabaseConfig, open_database, with_params
@@ -30,7 +31,7 @@ from tests.conftest import admin_execute
 @dataclass(frozen=True)
 class Hole:
     id: str
-    grant: tuple[str, ...]  # run as the superuser; {role} {writer} {schema} {db} {tag}
+    grant: tuple[str, ...]  # run as the superuser; {role} {writer} {schema} {db} {tag} {lo}
     named: str  # what the refusal must name
     writes: tuple[str, ...] = ()  # run as {role}: proof that the hole writes
     min_version: int = 0  # server_version_num
@@ -183,6 +184,44 @@ HOLES = [
         "predefined role pg_write_server_files",
     ),
     Hole(
+        "large-object-function",
+        ("GRANT EXECUTE ON FUNCTION pg_catalog.lo_from_bytea(oid, bytea) TO {role}",),
+        "large-object function pg_catalog.lo_from_bytea(oid, bytea)",
+        ("SELECT lo_from_bytea(0, '\\x2a')",),
+    ),
+    Hole(
+        # as Postgres ships: every role may create, write and unlink large objects
+        "large-object-functions-of-public",
+        ("GRANT EXECUTE ON FUNCTION pg_catalog.lo_create(oid) TO PUBLIC",),
+        "large-object function pg_catalog.lo_create(oid)",
+        ("SELECT lo_create(0)",),
+    ),
+    Hole(
+        "large-object-update",
+        (
+            "SELECT lo_from_bytea({lo}, 'kept')",
+            "GRANT SELECT, UPDATE ON LARGE OBJECT {lo} TO {role}",
+            "GRANT EXECUTE ON FUNCTION pg_catalog.lo_put(oid, bigint, bytea) TO {role}",
+        ),
+        "large object UPDATE {lo}",
+        ("SELECT lo_put({lo}, 0, 'lost')",),
+    ),
+    Hole(
+        "large-object-update-of-public",
+        ("SELECT lo_from_bytea({lo}, 'kept')", "GRANT UPDATE ON LARGE OBJECT {lo} TO PUBLIC"),
+        "large object UPDATE {lo}",
+    ),
+    Hole(
+        "large-object-compat-privileges",
+        (
+            "SELECT lo_from_bytea({lo}, 'kept')",  # the superuser's, no grants
+            "ALTER ROLE {role} SET lo_compat_privileges = on",
+            "GRANT EXECUTE ON FUNCTION pg_catalog.lo_put(oid, bigint, bytea) TO {role}",
+        ),
+        "setting lo_compat_privileges on",
+        ("SELECT lo_put({lo}, 0, 'lost')",),
+    ),
+    Hole(
         "table-maintain",
         ("GRANT MAINTAIN ON lms.clients TO {role}",),
         "table lms.clients",
@@ -190,6 +229,19 @@ HOLES = [
         min_version=170000,
     ),
 ]
+
+
+# What the demo DB revokes from PUBLIC (as every client DB must), restored after each case.
+LARGE_OBJECT_WRITERS = (
+    "pg_catalog.lo_creat(integer)",
+    "pg_catalog.lo_create(oid)",
+    "pg_catalog.lo_from_bytea(oid, bytea)",
+    "pg_catalog.lo_put(oid, bigint, bytea)",
+    "pg_catalog.lowrite(integer, bytea)",
+    "pg_catalog.lo_truncate(integer, integer)",
+    "pg_catalog.lo_truncate64(integer, bigint)",
+    "pg_catalog.lo_unlink(oid)",
+)
 
 
 @dataclass
@@ -202,6 +254,7 @@ class Case:
     writer: str
     schema: str
     tag: str
+    lo: int  # a large object's oid
 
     @property
     def dsn(self) -> str:
@@ -209,7 +262,12 @@ class Case:
 
     def fill(self, statement: str) -> str:
         return statement.format(
-            role=self.role, writer=self.writer, schema=self.schema, db=self.db, tag=self.tag
+            role=self.role,
+            writer=self.writer,
+            schema=self.schema,
+            db=self.db,
+            tag=self.tag,
+            lo=self.lo,
         )
 
     def admin(self, *statements: str) -> None:
@@ -231,7 +289,8 @@ def case(demo_db: tuple[str, str]) -> Iterator[Case]:
     admin_dsn = demo_db[0]
     db = conninfo_to_dict(admin_dsn)["dbname"]
     tag = uuid.uuid4().hex[:10]
-    c = Case(admin_dsn, str(db), f"ro_hole_{tag}", f"ro_writer_{tag}", f"ro_holes_{tag}", tag)
+    lo = 1_000_000 + int(tag[:6], 16)
+    c = Case(admin_dsn, str(db), f"ro_hole_{tag}", f"ro_writer_{tag}", f"ro_holes_{tag}", tag, lo)
     c.admin(
         # the case's role: read-only like dataplane_ro, with a password to log in
         "CREATE ROLE {role} LOGIN PASSWORD '{role}'",
@@ -255,6 +314,8 @@ def case(demo_db: tuple[str, str]) -> Iterator[Case]:
         c.admin(
             "DROP SCHEMA IF EXISTS {schema} CASCADE",
             "DELETE FROM lms.clients WHERE id = '{tag}'",
+            "SELECT lo_unlink(oid) FROM pg_largeobject_metadata WHERE oid = {lo}",
+            f"REVOKE EXECUTE ON FUNCTION {', '.join(LARGE_OBJECT_WRITERS)} FROM PUBLIC",
         )
         for who in (c.role, f"{c.role}_mid", f"{c.role}_made", c.writer):
             c.admin(
@@ -275,6 +336,21 @@ def _server_version(dsn: str) -> int:
 
 
 async def test_the_demo_read_only_role_passes(demo_db: tuple[str, str], bridge: Any) -> None:
+    await _prove(demo_db[1], bridge)
+
+
+async def test_an_older_demo_db_gets_the_large_object_lock_down(
+    case: Case, demo_db: tuple[str, str], bridge: Any
+) -> None:
+    case.admin("GRANT EXECUTE ON FUNCTION pg_catalog.lo_create(oid) TO PUBLIC")  # as it was
+    with pytest.raises(ConfigError, match=r"large-object function pg_catalog\.lo_create\(oid\)"):
+        await _prove(demo_db[1], bridge)
+    await create_demo_db(
+        with_params(case.admin_dsn, dbname="postgres"),
+        name=case.db,
+        progress=lambda _: None,
+        loop=bridge,
+    )
     await _prove(demo_db[1], bridge)
 
 
