@@ -3,7 +3,8 @@
 
 -- name: ro_write_privileges
 -- Every way the credential could write, first hole first; no rows = read-only.
--- Roles: the login role and every role it is a member of, directly or not, with or
+-- Roles: the login role (session_user: a role-level `role` setting or SET ROLE may have
+-- changed current_user) and every role it is a member of, directly or not, with or
 -- without INHERIT (so every role it may SET ROLE to), plus, transitively, the owners
 -- of the SECURITY DEFINER functions those can execute. A hole of such a role: an
 -- attribute (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS), a write-capable
@@ -21,7 +22,7 @@ WITH RECURSIVE
 me AS (
     SELECT r.oid, r.rolname::text AS rolname
     FROM pg_roles r
-    WHERE pg_has_role(current_user, r.oid, 'MEMBER')
+    WHERE pg_has_role(session_user, r.oid, 'MEMBER')
 ),
 reach(oid) AS (
     SELECT oid FROM me
@@ -93,12 +94,12 @@ hole(role_oid, rank, kind, name, owned_class) AS (
     UNION ALL
     SELECT role.oid, 4, 'setting', 'lo_compat_privileges on', NULL
     FROM role
-    WHERE role.rolname = current_user AND current_setting('lo_compat_privileges')::bool
+    WHERE role.rolname = session_user AND current_setting('lo_compat_privileges')::bool
     UNION ALL
     SELECT role.oid, 9, 'large object UPDATE', l.oid::text, NULL
     FROM pg_largeobject_metadata l
     CROSS JOIN LATERAL aclexplode(l.lomacl) a
-    JOIN role ON a.grantee = role.oid OR (a.grantee = 0 AND role.rolname = current_user)
+    JOIN role ON a.grantee = role.oid OR (a.grantee = 0 AND role.rolname = session_user)
     WHERE a.privilege_type = 'UPDATE'
     UNION ALL
     SELECT role.oid, 10, 'large-object function',
@@ -120,7 +121,7 @@ writer(oid) AS (
         AND has_schema_privilege(r.oid, g.pronamespace, 'USAGE')
 )
 SELECT h.rank, h.kind, h.name,
-       CASE WHEN m.rolname <> current_user THEN 'as role ' || m.rolname END AS detail
+       CASE WHEN m.rolname <> session_user THEN 'as role ' || m.rolname END AS detail
 FROM hole h JOIN me m ON m.oid = h.role_oid
 UNION ALL
 SELECT 11, 'SECURITY DEFINER function',
@@ -134,6 +135,24 @@ WHERE p.prosecdef
   AND EXISTS (SELECT 1 FROM me WHERE has_function_privilege(me.oid, p.oid, 'EXECUTE')
                                   AND has_schema_privilege(me.oid, p.pronamespace, 'USAGE'))
 ORDER BY rank, detail NULLS FIRST, name;
+
+-- name: ro_session_settings
+-- The session settings the worker pins (%(names)s, as pg_settings spells them): each
+-- one's value and where it came from, and the login role's own default for it
+-- (ALTER ROLE ... [IN DATABASE ...] SET, which any role may set for itself), if any.
+SELECT s.name, s.setting, s.source,
+       (SELECT substr(c.item, strpos(c.item, '=') + 1)
+        FROM pg_catalog.pg_db_role_setting d
+        CROSS JOIN LATERAL unnest(d.setconfig) AS c(item)
+        WHERE d.setrole = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
+          AND d.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database
+                                    WHERE datname = current_database()))
+          AND lower(split_part(c.item, '=', 1)) = lower(s.name)
+        ORDER BY d.setdatabase DESC
+        LIMIT 1) AS role_value
+FROM pg_catalog.pg_settings s
+WHERE s.name = ANY(%(names)s::text[])
+ORDER BY s.name;
 
 -- name: database_exists
 -- Whether a database exists (run on an admin connection).
