@@ -8,6 +8,7 @@ exceptions.
 from __future__ import annotations
 
 import logging
+import re
 import select
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ ACQUIRE_TIMEOUT = 5.0  # seconds to wait for a free pooled connection
 CONNECT_TIMEOUT = 5.0  # seconds to open a connection
 CALL_TIMEOUT = 30.0  # seconds for one database call
 
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # a GUC's name
+
 
 @dataclass(frozen=True, slots=True)
 class DatabaseConfig:
@@ -43,10 +46,16 @@ class DatabaseConfig:
     application_name: str = "dataplane"
     read_only: bool = False  # every transaction read-only (client DBs, belt and braces)
     trace_query_text: bool = False  # statement spans carry db.query.text (the client DB's)
+    # Session settings every connection starts with (name, value); the DSN's own
+    # options override them, and the read-only default overrides both.
+    settings: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.dsn:
             raise InvalidArgument("database DSN is empty")
+        for name, _ in self.settings:
+            if not _SETTING_NAME.fullmatch(name):
+                raise InvalidArgument(f"not a setting name: {name!r}")
         if self.pool_size < 1:
             raise InvalidArgument(f"pool_size must be >= 1, got {self.pool_size}")
         for name in ("acquire_timeout", "connect_timeout", "call_timeout"):
@@ -69,15 +78,26 @@ def translate(exc: BaseException) -> DatabaseError:
 READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 
 
+def setting_option(name: str, value: str) -> str:
+    """``-c name=value`` as the server splits ``options``: whitespace and backslashes
+    in the value are escaped with a backslash."""
+    return f"-c {name}=" + re.sub(r"([\s\\])", r"\\\1", value)
+
+
 def startup_options(config: DatabaseConfig) -> str:
-    """The ``options`` a connection starts with: the DSN's own, plus the read-only
-    default of a client DB's pool (an ``options`` argument replaces the DSN's, so a
-    deployer's ``-c search_path=...`` in the URL must be carried over)."""
+    """The ``options`` a connection starts with: the config's settings, the DSN's own
+    (an ``options`` argument replaces the DSN's, so a deployer's ``-c search_path=...``
+    in the URL must be carried over; later ones win), then the read-only default of a
+    client DB's pool."""
     try:
         own = str(conninfo_to_dict(config.dsn).get("options") or "")
     except psycopg.Error:
         own = ""
-    return f"{own} {READ_ONLY_OPTION}".strip() if config.read_only else own
+    parts = [setting_option(name, value) for name, value in config.settings]
+    parts.append(own)
+    if config.read_only:
+        parts.append(READ_ONLY_OPTION)
+    return " ".join(part for part in parts if part)
 
 
 async def connect(config: DatabaseConfig, loop: Any) -> Connection:

@@ -2,8 +2,9 @@
 
 Refuses to boot — non-zero exit, one line saying why — when the queue DB or
 the queue type is not configured, the surface is unknown, the surface needs a
-client DB and ``CLIENT_DB_URL`` is unset, that credential can write, or the queue
-DB is reached through transaction pooling (LISTEN would never hear a notify).
+client DB and ``CLIENT_DB_URL`` is unset, that credential can write or its sessions
+cannot be pinned (:mod:`dataplane.worker.readonly`), or the queue DB is reached
+through transaction pooling (LISTEN would never hear a notify).
 SIGTERM/SIGINT stop it gracefully (exit 0); a second signal skips the grace.
 """
 
@@ -26,7 +27,7 @@ from dataplane.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
-from dataplane.worker.readonly import prove_read_only
+from dataplane.worker.readonly import open_client_database
 from dataplane.worker.report import Reporter
 from dataplane.worker.sender import CapcomSender
 from dataplane.worker.service import Worker
@@ -87,8 +88,7 @@ async def _serve_worker(
                 read_only=True,
                 trace_query_text=True,
             )
-            client_db = await stack.enter_async_context(open_database(client_cfg))
-            await prove_read_only(client_db)
+            client_db = await stack.enter_async_context(open_client_database(client_cfg))
         if reporter is None and config.capcom_url:
             reporter = CapcomSender(config.capcom_url, config.capcom_token)
         worker = Worker(

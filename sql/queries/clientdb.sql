@@ -3,14 +3,18 @@
 
 -- name: ro_write_privileges
 -- Every way the credential could write, first hole first; no rows = read-only.
--- Roles: the login role and every role it is a member of, directly or not, with or
+-- Roles: the login role (session_user: a role-level `role` setting or SET ROLE may have
+-- changed current_user) and every role it is a member of, directly or not, with or
 -- without INHERIT (so every role it may SET ROLE to), plus, transitively, the owners
 -- of the SECURITY DEFINER functions those can execute. A hole of such a role: an
 -- attribute (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION, BYPASSRLS), a write-capable
 -- predefined role, CREATE or TEMPORARY on the database, CREATE on a schema, a table
 -- write privilege (INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER, MAINTAIN on 17+), a
--- column INSERT/UPDATE grant, USAGE or UPDATE on a sequence (nextval), or owning
--- anything in this database (an owner may DROP or re-GRANT). Reported: the holes of
+-- column INSERT/UPDATE grant, USAGE or UPDATE on a sequence (nextval), UPDATE on a
+-- large object, EXECUTE on a function that creates, writes or unlinks large objects
+-- (PUBLIC has it as Postgres ships), or owning anything in this database (an owner may
+-- DROP or re-GRANT); and lo_compat_privileges on, which turns the large objects'
+-- privilege checks off. Reported: the holes of
 -- the roles it can be, and each SECURITY DEFINER function it can call (EXECUTE, and
 -- USAGE on its schema) whose owner can write, directly or through further such functions
 -- (owning functions does not count there: every such owner owns one).
@@ -18,7 +22,7 @@ WITH RECURSIVE
 me AS (
     SELECT r.oid, r.rolname::text AS rolname
     FROM pg_roles r
-    WHERE pg_has_role(current_user, r.oid, 'MEMBER')
+    WHERE pg_has_role(session_user, r.oid, 'MEMBER')
 ),
 reach(oid) AS (
     SELECT oid FROM me
@@ -87,6 +91,25 @@ hole(role_oid, rank, kind, name, owned_class) AS (
     SELECT role.oid, 9, 'sequence', rel.name, NULL
     FROM role CROSS JOIN rel
     WHERE rel.relkind = 'S' AND has_sequence_privilege(role.oid, rel.oid, 'USAGE, UPDATE')
+    UNION ALL
+    SELECT role.oid, 4, 'setting', 'lo_compat_privileges on', NULL
+    FROM role
+    WHERE role.rolname = session_user AND current_setting('lo_compat_privileges')::bool
+    UNION ALL
+    SELECT role.oid, 9, 'large object UPDATE', l.oid::text, NULL
+    FROM pg_largeobject_metadata l
+    CROSS JOIN LATERAL aclexplode(l.lomacl) a
+    JOIN role ON a.grantee = role.oid OR (a.grantee = 0 AND role.rolname = session_user)
+    WHERE a.privilege_type = 'UPDATE'
+    UNION ALL
+    SELECT role.oid, 10, 'large-object function',
+           'pg_catalog.' || p.proname::text
+               || '(' || pg_get_function_identity_arguments(p.oid) || ')', NULL
+    FROM role CROSS JOIN pg_proc p
+    WHERE p.pronamespace = 'pg_catalog'::regnamespace
+      AND p.proname IN ('lo_creat', 'lo_create', 'lo_from_bytea', 'lo_import', 'lo_export',
+                        'lo_put', 'lowrite', 'lo_truncate', 'lo_truncate64', 'lo_unlink')
+      AND has_function_privilege(role.oid, p.oid, 'EXECUTE')
 ),
 writer(oid) AS (
     SELECT role_oid FROM hole WHERE owned_class IS DISTINCT FROM 'pg_proc'::regclass
@@ -98,10 +121,10 @@ writer(oid) AS (
         AND has_schema_privilege(r.oid, g.pronamespace, 'USAGE')
 )
 SELECT h.rank, h.kind, h.name,
-       CASE WHEN m.rolname <> current_user THEN 'as role ' || m.rolname END AS detail
+       CASE WHEN m.rolname <> session_user THEN 'as role ' || m.rolname END AS detail
 FROM hole h JOIN me m ON m.oid = h.role_oid
 UNION ALL
-SELECT 10, 'SECURITY DEFINER function',
+SELECT 11, 'SECURITY DEFINER function',
        n.nspname::text || '.' || p.proname::text
            || '(' || pg_get_function_identity_arguments(p.oid) || ')',
        'runs as ' || pg_get_userbyid(p.proowner)::text || ', who can write'
@@ -112,6 +135,24 @@ WHERE p.prosecdef
   AND EXISTS (SELECT 1 FROM me WHERE has_function_privilege(me.oid, p.oid, 'EXECUTE')
                                   AND has_schema_privilege(me.oid, p.pronamespace, 'USAGE'))
 ORDER BY rank, detail NULLS FIRST, name;
+
+-- name: ro_session_settings
+-- The session settings the worker pins (%(names)s, as pg_settings spells them): each
+-- one's value and where it came from, and the login role's own default for it
+-- (ALTER ROLE ... [IN DATABASE ...] SET, which any role may set for itself), if any.
+SELECT s.name, s.setting, s.source,
+       (SELECT substr(c.item, strpos(c.item, '=') + 1)
+        FROM pg_catalog.pg_db_role_setting d
+        CROSS JOIN LATERAL unnest(d.setconfig) AS c(item)
+        WHERE d.setrole = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
+          AND d.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database
+                                    WHERE datname = current_database()))
+          AND lower(split_part(c.item, '=', 1)) = lower(s.name)
+        ORDER BY d.setdatabase DESC
+        LIMIT 1) AS role_value
+FROM pg_catalog.pg_settings s
+WHERE s.name = ANY(%(names)s::text[])
+ORDER BY s.name;
 
 -- name: database_exists
 -- Whether a database exists (run on an admin connection).

@@ -1,36 +1,46 @@
-"""The worker's read-only proof against real roles: every way a credential can write.
+"""The worker's read-only proof against real roles: every way a credential can write,
+and every way it could change how the worker's sessions run.
 
 Each case creates a login role in the demo client DB that is read-only (``USAGE`` on
 ``lms``, ``SELECT`` on its tables, like ``dataplane_ro``), proves that it passes,
 adds exactly one hole, shows that the hole really writes, and proves that
-:func:`prove_read_only` now refuses it, naming the hole. Roles and the case's own
-schema are dropped afterwards; ``dataplane_ro`` is never touched.
+:func:`open_client_database` now refuses it, naming the hole. The settings cases have
+the role give itself session defaults (as any role may) and show that the worker's
+sessions do not take them. Roles and the case's own schema are dropped afterwards;
+``dataplane_ro`` is never touched.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+import trio
+from dataplane_lms.demo_db import create_demo_db
 from psycopg.conninfo import conninfo_to_dict
 
-from dataplane.db import DatabaseConfig, open_database, with_params
-from dataplane.errors import ConfigError
-from dataplane.worker.readonly import prove_read_only
-from tests.conftest import admin_execute
+from dataplane.db import Connection, DatabaseConfig, with_params
+from dataplane.errors import ConfigError, DatabaseError
+from dataplane.queue import QueueClient
+from dataplane.worker.readonly import open_client_database
+from tests.conftest import admin_execute, wait_until
+from tests.helpers import WorkerProcess, submit
 
 
 @dataclass(frozen=True)
 class Hole:
     id: str
-    grant: tuple[str, ...]  # run as the superuser; {role} {writer} {schema} {db} {tag}
+    grant: tuple[str, ...]  # run as the superuser; {role} {writer} {schema} {db} {tag} {lo}
     named: str  # what the refusal must name
     writes: tuple[str, ...] = ()  # run as {role}: proof that the hole writes
     min_version: int = 0  # server_version_num
@@ -78,6 +88,21 @@ HOLES = [
         "table lms.clients as role {writer}",
         (
             "SET ROLE {writer}",
+            "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
+        ),
+    ),
+    Hole(
+        # the session starts as a read-only member role; SET ROLE NONE gets the login role back
+        "member-behind-a-role-setting",
+        (
+            "CREATE ROLE {role}_mid NOLOGIN",
+            "GRANT {role}_mid TO {role}",
+            "GRANT {writer} TO {role}",
+            "ALTER ROLE {role} SET role = '{role}_mid'",
+        ),
+        "table lms.clients",
+        (
+            "SET ROLE NONE",
             "INSERT INTO lms.clients (id, name, created_at) VALUES ('{tag}', 'E', now())",
         ),
     ),
@@ -183,6 +208,44 @@ HOLES = [
         "predefined role pg_write_server_files",
     ),
     Hole(
+        "large-object-function",
+        ("GRANT EXECUTE ON FUNCTION pg_catalog.lo_from_bytea(oid, bytea) TO {role}",),
+        "large-object function pg_catalog.lo_from_bytea(oid, bytea)",
+        ("SELECT lo_from_bytea(0, '\\x2a')",),
+    ),
+    Hole(
+        # as Postgres ships: every role may create, write and unlink large objects
+        "large-object-functions-of-public",
+        ("GRANT EXECUTE ON FUNCTION pg_catalog.lo_create(oid) TO PUBLIC",),
+        "large-object function pg_catalog.lo_create(oid)",
+        ("SELECT lo_create(0)",),
+    ),
+    Hole(
+        "large-object-update",
+        (
+            "SELECT lo_from_bytea({lo}, 'kept')",
+            "GRANT SELECT, UPDATE ON LARGE OBJECT {lo} TO {role}",
+            "GRANT EXECUTE ON FUNCTION pg_catalog.lo_put(oid, bigint, bytea) TO {role}",
+        ),
+        "large object UPDATE {lo}",
+        ("SELECT lo_put({lo}, 0, 'lost')",),
+    ),
+    Hole(
+        "large-object-update-of-public",
+        ("SELECT lo_from_bytea({lo}, 'kept')", "GRANT UPDATE ON LARGE OBJECT {lo} TO PUBLIC"),
+        "large object UPDATE {lo}",
+    ),
+    Hole(
+        "large-object-compat-privileges",
+        (
+            "SELECT lo_from_bytea({lo}, 'kept')",  # the superuser's, no grants
+            "ALTER ROLE {role} SET lo_compat_privileges = on",
+            "GRANT EXECUTE ON FUNCTION pg_catalog.lo_put(oid, bigint, bytea) TO {role}",
+        ),
+        "setting lo_compat_privileges on",
+        ("SELECT lo_put({lo}, 0, 'lost')",),
+    ),
+    Hole(
         "table-maintain",
         ("GRANT MAINTAIN ON lms.clients TO {role}",),
         "table lms.clients",
@@ -190,6 +253,19 @@ HOLES = [
         min_version=170000,
     ),
 ]
+
+
+# What the demo DB revokes from PUBLIC (as every client DB must), restored after each case.
+LARGE_OBJECT_WRITERS = (
+    "pg_catalog.lo_creat(integer)",
+    "pg_catalog.lo_create(oid)",
+    "pg_catalog.lo_from_bytea(oid, bytea)",
+    "pg_catalog.lo_put(oid, bigint, bytea)",
+    "pg_catalog.lowrite(integer, bytea)",
+    "pg_catalog.lo_truncate(integer, integer)",
+    "pg_catalog.lo_truncate64(integer, bigint)",
+    "pg_catalog.lo_unlink(oid)",
+)
 
 
 @dataclass
@@ -202,6 +278,7 @@ class Case:
     writer: str
     schema: str
     tag: str
+    lo: int  # a large object's oid
 
     @property
     def dsn(self) -> str:
@@ -209,16 +286,23 @@ class Case:
 
     def fill(self, statement: str) -> str:
         return statement.format(
-            role=self.role, writer=self.writer, schema=self.schema, db=self.db, tag=self.tag
+            role=self.role,
+            writer=self.writer,
+            schema=self.schema,
+            db=self.db,
+            tag=self.tag,
+            lo=self.lo,
         )
 
     def admin(self, *statements: str) -> None:
         admin_execute(self.admin_dsn, *(self.fill(s) for s in statements))
 
-    def as_role(self, *statements: str) -> None:
-        """Run ``statements`` as the case's role in one transaction, rolled back
-        (statements that cannot run in a transaction run in autocommit)."""
-        autocommit = any(s.split()[0] in ("CREATE", "DROP") and "DATABASE" in s for s in statements)
+    def as_role(self, *statements: str, commit: bool = False) -> None:
+        """Run ``statements`` as the case's role in one transaction, rolled back unless
+        ``commit`` (statements that cannot run in a transaction run in autocommit)."""
+        autocommit = commit or any(
+            s.split()[0] in ("CREATE", "DROP") and "DATABASE" in s for s in statements
+        )
         with psycopg.connect(self.dsn, autocommit=autocommit) as conn:
             for statement in statements:
                 conn.execute(self.fill(statement))  # type: ignore[call-overload]
@@ -231,7 +315,8 @@ def case(demo_db: tuple[str, str]) -> Iterator[Case]:
     admin_dsn = demo_db[0]
     db = conninfo_to_dict(admin_dsn)["dbname"]
     tag = uuid.uuid4().hex[:10]
-    c = Case(admin_dsn, str(db), f"ro_hole_{tag}", f"ro_writer_{tag}", f"ro_holes_{tag}", tag)
+    lo = 1_000_000 + int(tag[:6], 16)
+    c = Case(admin_dsn, str(db), f"ro_hole_{tag}", f"ro_writer_{tag}", f"ro_holes_{tag}", tag, lo)
     c.admin(
         # the case's role: read-only like dataplane_ro, with a password to log in
         "CREATE ROLE {role} LOGIN PASSWORD '{role}'",
@@ -255,6 +340,8 @@ def case(demo_db: tuple[str, str]) -> Iterator[Case]:
         c.admin(
             "DROP SCHEMA IF EXISTS {schema} CASCADE",
             "DELETE FROM lms.clients WHERE id = '{tag}'",
+            "SELECT lo_unlink(oid) FROM pg_largeobject_metadata WHERE oid = {lo}",
+            f"REVOKE EXECUTE ON FUNCTION {', '.join(LARGE_OBJECT_WRITERS)} FROM PUBLIC",
         )
         for who in (c.role, f"{c.role}_mid", f"{c.role}_made", c.writer):
             c.admin(
@@ -264,9 +351,9 @@ def case(demo_db: tuple[str, str]) -> Iterator[Case]:
 
 
 async def _prove(dsn: str, bridge: Any) -> None:
-    config = DatabaseConfig(dsn, pool_size=1, read_only=True)
-    async with open_database(config, loop=bridge) as db:
-        await prove_read_only(db)
+    """What the worker does at boot with ``CLIENT_DB_URL``."""
+    async with open_client_database(DatabaseConfig(dsn, pool_size=1), loop=bridge):
+        pass
 
 
 def _server_version(dsn: str) -> int:
@@ -275,6 +362,21 @@ def _server_version(dsn: str) -> int:
 
 
 async def test_the_demo_read_only_role_passes(demo_db: tuple[str, str], bridge: Any) -> None:
+    await _prove(demo_db[1], bridge)
+
+
+async def test_an_older_demo_db_gets_the_large_object_lock_down(
+    case: Case, demo_db: tuple[str, str], bridge: Any
+) -> None:
+    case.admin("GRANT EXECUTE ON FUNCTION pg_catalog.lo_create(oid) TO PUBLIC")  # as it was
+    with pytest.raises(ConfigError, match=r"large-object function pg_catalog\.lo_create\(oid\)"):
+        await _prove(demo_db[1], bridge)
+    await create_demo_db(
+        with_params(case.admin_dsn, dbname="postgres"),
+        name=case.db,
+        progress=lambda _: None,
+        loop=bridge,
+    )
     await _prove(demo_db[1], bridge)
 
 
@@ -361,3 +463,203 @@ def test_the_worker_process_refuses_a_column_grant_with_one_line(
         "dataplane worker: CLIENT_DB_URL can write (column lms.users.email); "
         "the worker needs a read-only credential"
     ], result.stderr
+
+
+# The settings ---------------------------------------------------------------------
+
+
+def _sabotage(version: int) -> dict[str, str]:
+    """Session defaults a role may give itself that would stop or slow every worker."""
+    found = {
+        "statement_timeout": "1ms",
+        "lock_timeout": "1ms",
+        "idle_in_transaction_session_timeout": "1ms",
+        "idle_session_timeout": "1ms",  # 14+
+        "exit_on_error": "on",
+    }
+    if version >= 170000:
+        found["transaction_timeout"] = "1ms"
+    return found
+
+
+async def test_the_worker_runs_on_its_own_settings_whatever_the_role_sets_itself(
+    case: Case, bridge: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    sabotage = _sabotage(_server_version(case.admin_dsn))
+    case.as_role(
+        *(f"ALTER ROLE {{role}} SET {k} = '{v}'" for k, v in sabotage.items()), commit=True
+    )
+
+    async def in_a_transaction(conn: Connection) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT 1")
+            await asyncio.sleep(0.05)  # idle in the transaction, between two statements
+            await conn.execute("SELECT 1")
+
+    config = DatabaseConfig(case.dsn, pool_size=1)
+    async with open_client_database(config, loop=bridge) as db:
+        row = await db.fetchone(
+            "SELECT " + ", ".join(f"current_setting('{k}') AS {k}" for k in sabotage)
+        )
+        assert row == {k: "off" if k == "exit_on_error" else "0" for k in sabotage}
+        await db.fetchone("SELECT pg_sleep(0.05)")  # past a 1 ms statement_timeout
+        await db.run(in_a_transaction)
+        with pytest.raises(DatabaseError, match="division by zero"):
+            await db.fetchone("SELECT 1 / 0 AS x")  # exit_on_error would end the session
+        await trio.sleep(0.05)  # idle past a 1 ms idle_session_timeout
+        assert await db.fetchone("SELECT 1 AS one") == {"one": 1}
+        stats = db.statistics()
+    assert (stats.connects, stats.discarded) == (1, 0)  # one session all along
+    assert "sets its own statement_timeout (1ms); the worker's sessions use 0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("search_path", "pg_catalog"),  # lms.users no longer answers to "users"
+        ("TimeZone", "Pacific/Chatham"),  # dates of timestamps move
+        ("default_transaction_isolation", "serializable"),
+        ("transform_null_equals", "on"),  # x = NULL means x IS NULL
+        ("client_encoding", "LATIN1"),
+        ("DateStyle", "German"),
+    ],
+)
+async def test_a_setting_the_role_gives_itself_that_changes_answers_is_refused(
+    name: str, value: str, case: Case, bridge: Any
+) -> None:
+    case.as_role(f"ALTER ROLE {{role}} SET {name} = '{value}'", commit=True)
+    with pytest.raises(ConfigError) as refused:
+        await _prove(case.dsn, bridge)
+    assert str(refused.value).startswith(
+        f"CLIENT_DB_URL's role sets its own {name} ({value}, by ALTER ROLE ... SET)"
+    ), refused.value
+
+
+async def test_a_setting_the_role_gives_itself_in_this_database_is_refused(
+    case: Case, bridge: Any
+) -> None:
+    case.as_role("ALTER ROLE {role} IN DATABASE \"{db}\" SET search_path = 'public'", commit=True)
+    with pytest.raises(ConfigError, match=r"^CLIENT_DB_URL's role sets its own search_path"):
+        await _prove(case.dsn, bridge)
+
+
+async def test_the_servers_the_databases_and_the_urls_settings_are_kept(
+    case: Case, bridge: Any
+) -> None:
+    case.admin('ALTER DATABASE "{db}" SET search_path = lms, public')
+    try:
+        dsn = with_params(case.dsn, options=r"-c TimeZone=Asia/Kolkata -c lock_timeout=5s")
+        async with open_client_database(DatabaseConfig(dsn, pool_size=2), loop=bridge) as db:
+            # After boot the role changes its own defaults: new sessions do not take them.
+            case.as_role(
+                "ALTER ROLE {role} SET search_path = 'public'",
+                "ALTER ROLE {role} SET TimeZone = 'UTC'",
+                "ALTER ROLE {role} SET lock_timeout = '1ms'",
+                commit=True,
+            )
+            seen: list[dict[str, Any] | None] = []
+
+            async def look() -> None:  # two at once: the second opens a new session
+                seen.append(
+                    await db.fetchone(
+                        "SELECT current_setting('search_path') AS path,"
+                        " current_setting('TimeZone') AS tz,"
+                        " current_setting('lock_timeout') AS lock, pg_sleep(0.1)::text AS _,"
+                        " (SELECT count(*) FROM users) AS users"
+                    )
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(look)
+                nursery.start_soon(look)
+            assert db.statistics().connects == 2
+    finally:
+        case.admin('ALTER DATABASE "{db}" RESET search_path')
+    assert len(seen) == 2
+    for row in seen:
+        assert row is not None and row["users"] > 0
+        assert (row["path"], row["tz"], row["lock"]) == ("lms, public", "Asia/Kolkata", "5s")
+
+
+async def test_a_pooler_that_drops_the_startup_options_is_refused(case: Case, bridge: Any) -> None:
+    """Through a real TCP proxy that strips ``options`` from the startup packet, as a
+    pooler may: a later ``ALTER ROLE ... SET`` would reach the worker's sessions."""
+    params = conninfo_to_dict(case.admin_dsn)
+    target = f"{params['host']}/.s.PGSQL.{params['port']}"
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_options_dropping_proxy, target)
+        dsn = with_params(
+            case.dsn, host="127.0.0.1", port=port, sslmode="disable", gssencmode="disable"
+        )
+        with pytest.raises(ConfigError) as refused:
+            await _prove(dsn, bridge)
+        nursery.cancel_scope.cancel()
+    message = str(refused.value)
+    assert message.startswith(
+        "CLIENT_DB_URL's sessions do not start with the worker's settings ("
+    ), message
+    assert "pooler that passes options on" in message
+
+
+async def _options_dropping_proxy(
+    target: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    async def relay(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some(65536):
+                await sink.send_all(data)
+
+    async def receive_exactly(stream: trio.abc.Stream, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = await stream.receive_some(n - len(data))
+            if not chunk:
+                raise trio.BrokenResourceError("closed mid-message")
+            data += chunk
+        return data
+
+    async def serve(client: trio.SocketStream) -> None:
+        async with client, await trio.open_unix_socket(target) as server:
+            length = int.from_bytes(await receive_exactly(client, 4), "big")
+            body = await receive_exactly(client, length - 4)
+            words = body[4:].split(b"\0")  # key, value, ..., "", ""
+            pairs = [
+                (k, v) for k, v in zip(words[0:-2:2], words[1:-2:2], strict=True) if k != b"options"
+            ]
+            packed = body[:4] + b"".join(k + b"\0" + v + b"\0" for k, v in pairs) + b"\0"
+            await server.send_all((len(packed) + 4).to_bytes(4, "big") + packed)
+            async with trio.open_nursery() as both:
+                both.start_soon(relay, client, server)
+                await relay(server, client)
+                both.cancel_scope.cancel()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(serve, listeners)
+
+
+async def test_the_worker_process_serves_whatever_timeouts_the_role_sets_itself(
+    case: Case, queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    sabotage = _sabotage(_server_version(case.admin_dsn))
+    case.as_role(
+        *(f"ALTER ROLE {{role}} SET {k} = '{v}'" for k, v in sabotage.items()), commit=True
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    env.update(
+        MAESTRO_QUEUES_URL=queue_dsn, SURFACE_QUEUE_TYPE="surface-users", CLIENT_DB_URL=case.dsn
+    )
+    worker = WorkerProcess(env, str(tmp_path / "worker.log"))
+    try:
+        await worker.wait_ready()
+        enq = await submit(queue, "users", "list", {"limit": 3})
+
+        async def done() -> bool:
+            row = await queue.get(enq.job_id)
+            return row is not None and row.status == "done"
+
+        await wait_until(done, within=20)
+        row = await queue.get(enq.job_id)
+        assert row is not None and len(row.result["data"]["rows"]) == 3, row
+    finally:
+        worker.stop()

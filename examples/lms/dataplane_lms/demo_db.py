@@ -45,6 +45,8 @@ async def create_demo_db(
     async with open_database(cfg, loop=loop) as db:
         if await db.fetchone(q("demo_db_seeded")) is not None:
             progress(f"demo database {name} is already seeded")
+            # The role file is idempotent: an older demo DB gets today's lock-down.
+            await db.execute(demo_files()[-1].read_text())  # our own seed file
         else:
             files = demo_files()
             if not files:

@@ -4,7 +4,7 @@
 --   ALTER ROLE dataplane_ro PASSWORD '...'  afterwards.
 -- End state: dataplane_ro can CONNECT to this database, USAGE on schema lms,
 -- SELECT on lms tables -- nothing else (no DML, TRUNCATE, REFERENCES, TRIGGER,
--- no CREATE on any schema, no TEMP tables).
+-- no CREATE on any schema, no TEMP tables, no large objects).
 
 DO $$
 BEGIN
@@ -23,6 +23,16 @@ ALTER ROLE dataplane_ro SET plan_cache_mode = force_custom_plan;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 REVOKE ALL ON SCHEMA lms FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA lms FROM PUBLIC;
+-- Postgres lets PUBLIC create, write and unlink large objects in every database (the
+-- large-object functions); the worker refuses a credential that may call them.
+REVOKE EXECUTE ON FUNCTION
+    pg_catalog.lo_creat(integer), pg_catalog.lo_create(oid),
+    pg_catalog.lo_from_bytea(oid, bytea), pg_catalog.lo_import(text),
+    pg_catalog.lo_import(text, oid), pg_catalog.lo_export(oid, text),
+    pg_catalog.lo_put(oid, bigint, bytea), pg_catalog.lowrite(integer, bytea),
+    pg_catalog.lo_truncate(integer, integer), pg_catalog.lo_truncate64(integer, bigint),
+    pg_catalog.lo_unlink(oid)
+FROM PUBLIC;
 
 DO $$
 BEGIN
