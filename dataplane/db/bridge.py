@@ -8,7 +8,7 @@ loop context of their own. :func:`run_on_loop` is one bridge crossing.
 
 A crossing costs Trio scheduler passes, and on a 2-core host at idle each pass
 is tens of microseconds (an ``epoll_wait`` and the scheduler's bookkeeping, with
-cold caches). Three of trio-asyncio's generic steps are not needed here, so the
+cold caches). Two of trio-asyncio's generic steps are not needed here, so the
 bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``):
 
 * the way back: trio-asyncio's ``run_aio_coroutine`` wakes the Trio caller from a
@@ -19,10 +19,11 @@ bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``
   socket is ready, runs the callback, then queues one more handle and waits for
   the loop to reach it (``synchronize``), and is cancelled (an exception unwound)
   by ``remove_reader``. :func:`wait_fd` spawns one plain waiter in a nursery the
-  bridge owns (:func:`open_bridge`), which resolves the asyncio future and ends;
-* the loop's step: trio-asyncio's loop task takes one handle per step, each inside a
-  cancel scope and after a checkpoint; here ready handles run in a row
-  (:func:`_lean_loop_step`, ``bench/results/idle-steps.md``).
+  bridge owns (:func:`open_bridge`), which resolves the asyncio future and ends.
+
+Both use trio-asyncio's and asyncio's public API only. (A replacement of
+trio-asyncio's loop step, which ran ready handles in a row, was removed: its gain
+was within a noise larger than the change, issue #31.)
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the
@@ -33,7 +34,6 @@ the asyncio side reaches the loop as well as the caller, as from an asyncio task
 from __future__ import annotations
 
 import asyncio
-import heapq
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -62,66 +62,6 @@ def _bind_psycopg_to_bridge() -> None:
 
 _bind_psycopg_to_bridge()
 
-
-#: Ready asyncio handles the loop runs in a row before it lets other Trio tasks run.
-LOOP_HANDLES_PER_STEP = 64
-
-
-def _lean_loop_step() -> None:
-    """Run trio-asyncio's ready handles without a cancel scope and a checkpoint each.
-
-    trio-asyncio's loop task takes one handle per call of ``_main_loop_one``, each
-    inside ``move_on_after(<next timer>)`` (a cancel scope, with no timer an infinite
-    one) and a channel ``receive`` (a checkpoint: one more scheduler pass, even with
-    handles waiting). Every statement passes about four handles through it. Here,
-    with no asyncio timer pending, a handle already queued is taken with
-    ``receive_nowait`` and run at once, as asyncio's own loop runs every ready handle
-    in one iteration; the loop task checkpoints after :data:`LOOP_HANDLES_PER_STEP`
-    handles in a row, so a callback chain cannot starve the Trio tasks. With nothing
-    queued it waits without a scope (nothing to time out); with a timer pending, the
-    original step runs. The handles themselves run exactly as the original runs
-    them.
-    """
-    from trio_asyncio import _base
-
-    base = _base.BaseTrioEventLoop
-    original = base._main_loop_one
-    if getattr(original, "_dataplane_lean", False):
-        return
-
-    async def _main_loop_one(self: Any, no_wait: bool = False) -> None:
-        if no_wait or self._timers:
-            self._dataplane_in_a_row = 0
-            await original(self, no_wait)
-            return
-        try:
-            obj = self._q_recv.receive_nowait()
-        except trio.WouldBlock:
-            self._dataplane_in_a_row = 0
-            obj = await self._q_recv.receive()
-        else:
-            in_a_row = getattr(self, "_dataplane_in_a_row", 0) + 1
-            if in_a_row >= LOOP_HANDLES_PER_STEP:
-                in_a_row = 0
-                await trio.lowlevel.checkpoint()  # let the Trio tasks run
-            self._dataplane_in_a_row = in_a_row
-        if isinstance(obj, asyncio.TimerHandle):
-            heapq.heappush(self._timers, obj)
-        elif isinstance(obj, _base.AsyncHandle):
-            obj._context.run(self._nursery.start_soon, obj._run, name=obj._callback)
-            await obj._started.wait()
-        elif not obj._cancelled:
-            prev_library, _base.sniffio_library.name = _base.sniffio_library.name, "asyncio"
-            try:
-                obj._run()
-            finally:
-                _base.sniffio_library.name = prev_library
-
-    _main_loop_one._dataplane_lean = True  # type: ignore[attr-defined]
-    base._main_loop_one = _main_loop_one
-
-
-_lean_loop_step()
 
 T = TypeVar("T")
 
