@@ -41,8 +41,9 @@ from typing import Any
 
 import trio
 
-from bench._client import Session, auth_headers, closed_loop, e2e_once, open_sessions
-from bench._common import (
+from bench.bff_cpu import cpu_seconds
+from bench.harness.client import Session, auth_headers, closed_loop, e2e_once, open_sessions
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,
@@ -51,8 +52,8 @@ from bench._common import (
     server_facts,
     until_signalled,
 )
-from bench._procs import children_scope, raise_own_nofile
-from bench._stack import (
+from bench.harness.procs import children_scope, raise_own_nofile
+from bench.harness.stack import (
     BFF_OPTIONS,
     Hypercorn,
     migrate_schema,
@@ -62,7 +63,6 @@ from bench._stack import (
     stop_children,
     wait_serving,
 )
-from bench.bff_cpu import cpu_seconds
 
 CLIENTS = 32
 WARM_S = 0.5  # each slice's first seconds, not counted

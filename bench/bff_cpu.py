@@ -34,8 +34,15 @@ from typing import Any
 import trio
 
 from bench import e2e
-from bench._client import Session, auth_headers, closed_loop, e2e_once, open_sessions, post_echo
-from bench._common import (
+from bench.harness.client import (
+    Session,
+    auth_headers,
+    closed_loop,
+    e2e_once,
+    open_sessions,
+    post_echo,
+)
+from bench.harness.common import (
     now_iso,
     output_arg,
     run_and_save,
@@ -43,8 +50,8 @@ from bench._common import (
     server_facts,
     until_signalled,
 )
-from bench._procs import children_scope, postmaster_pid, raise_own_nofile
-from bench._stack import migrate_schema, stack_env, start_hello
+from bench.harness.procs import children_scope, postmaster_pid, raise_own_nofile
+from bench.harness.stack import migrate_schema, stack_env, start_hello
 
 CLIENTS = 32
 

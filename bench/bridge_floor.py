@@ -33,7 +33,7 @@ import trio
 from psycopg.abc import PQGen
 from psycopg.waiting import READY_R, READY_W, WAIT_W
 
-from bench._common import (
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,

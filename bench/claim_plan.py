@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from bench._common import (
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,
@@ -43,7 +43,7 @@ from bench._common import (
     scratch_server,
     server_facts,
 )
-from bench._stack import migrate_schema, stack_env
+from bench.harness.stack import migrate_schema, stack_env
 from dataplane.db.sql import q
 
 QUEUE_TYPE = "surface-probe"

@@ -30,7 +30,7 @@ import httpx
 import psycopg
 import trio
 
-from bench._common import (
+from bench.harness.common import (
     RESULTS_DIR,
     format_table,
     machine_info,
@@ -38,8 +38,8 @@ from bench._common import (
     scratch_server,
     server_settings,
 )
-from bench._procs import WORKER_ARGV, children_scope
-from bench._stack import (
+from bench.harness.procs import WORKER_ARGV, children_scope
+from bench.harness.stack import (
     BFF_OPTIONS,
     HOST,
     NOTIFY_SECRET,

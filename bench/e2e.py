@@ -56,7 +56,7 @@ from typing import Any
 import httpx
 import trio
 
-from bench._client import (
+from bench.harness.client import (
     E2eSample,
     Headers,
     Session,
@@ -67,7 +67,7 @@ from bench._client import (
     open_sessions,
     post_echo,
 )
-from bench._common import (
+from bench.harness.common import (
     Server,
     admin_sql,
     format_table,
@@ -79,7 +79,7 @@ from bench._common import (
     summary_ms,
     until_signalled,
 )
-from bench._procs import (
+from bench.harness.procs import (
     WORKER_ARGV,
     Child,
     Children,
@@ -92,7 +92,7 @@ from bench._procs import (
     raise_own_nofile,
     rss_mb,
 )
-from bench._stack import (
+from bench.harness.stack import (
     HOST,
     JWT_SECRET,
     QUEUE_TYPE,

@@ -43,7 +43,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from bench._common import format_table, now_iso, output_arg, run_and_save
+from bench.harness.common import format_table, now_iso, output_arg, run_and_save
 from dataplane import edge
 from dataplane.observability.logs import LogConfig, configure_logging
 

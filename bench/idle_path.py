@@ -46,8 +46,8 @@ from typing import Any
 
 import trio
 
-from bench._client import auth_headers, open_sessions
-from bench._common import (
+from bench.harness.client import auth_headers, open_sessions
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,
@@ -56,8 +56,8 @@ from bench._common import (
     server_facts,
     until_signalled,
 )
-from bench._procs import WORKER_ARGV, Children, children_scope, postgres_pids, postmaster_pid
-from bench._stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
+from bench.harness.procs import WORKER_ARGV, Children, children_scope, postgres_pids, postmaster_pid
+from bench.harness.stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
 from bench.prefer_wait import prefer_once
 
 GROUPS = ("client", "bff", "worker", "postgres")

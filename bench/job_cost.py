@@ -36,7 +36,7 @@ from typing import Any
 
 import trio
 
-from bench._common import format_table, machine_info, now_iso, output_arg, run_and_save
+from bench.harness.common import format_table, machine_info, now_iso, output_arg, run_and_save
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import ClaimedJob, Completion
 from dataplane.surfaces.probe import SURFACE

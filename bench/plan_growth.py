@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 import trio
 
-from bench._common import (
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,
@@ -49,7 +49,7 @@ from bench._common import (
     scratch_server,
     server_facts,
 )
-from bench._stack import migrate_schema, stack_env
+from bench.harness.stack import migrate_schema, stack_env
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.queue import Completion, JsonText, QueueClient
 from dataplane.queue.growth import GrowthWatch

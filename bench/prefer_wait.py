@@ -41,8 +41,16 @@ from typing import Any
 
 import trio
 
-from bench._client import Headers, Session, auth_headers, closed_loop, e2e_once, open_sessions
-from bench._common import (
+from bench.e2e import Profilers, job_times, wall
+from bench.harness.client import (
+    Headers,
+    Session,
+    auth_headers,
+    closed_loop,
+    e2e_once,
+    open_sessions,
+)
+from bench.harness.common import (
     format_table,
     now_iso,
     output_arg,
@@ -52,7 +60,7 @@ from bench._common import (
     summary_ms,
     until_signalled,
 )
-from bench._procs import (
+from bench.harness.procs import (
     WORKER_ARGV,
     Children,
     CpuMeter,
@@ -61,8 +69,7 @@ from bench._procs import (
     postgres_pids,
     postmaster_pid,
 )
-from bench._stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
-from bench.e2e import Profilers, job_times, wall
+from bench.harness.stack import QUEUE_TYPE, migrate_schema, stack_env, start_bff, wait_serving
 
 PREFER_WAIT_S = 1  # what dataClient.js sends (PREFER_WAIT_SECONDS)
 TOTAL_BUDGET_S = 300.0

@@ -40,7 +40,7 @@ from typing import Any
 import psycopg
 import trio
 
-from bench._common import (
+from bench.harness.common import (
     Server,
     Witness,
     admin_sql,

@@ -51,8 +51,8 @@ from typing import Any
 
 import trio
 
-from bench._client import auth_headers, closed_loop, e2e_once, hello_load, raw_sessions
-from bench._common import (
+from bench.harness.client import auth_headers, closed_loop, e2e_once, hello_load, raw_sessions
+from bench.harness.common import (
     Server,
     format_table,
     now_iso,
@@ -63,7 +63,7 @@ from bench._common import (
     summary_ms,
     until_signalled,
 )
-from bench._procs import (
+from bench.harness.procs import (
     WORKER_ARGV,
     Child,
     Children,
@@ -73,7 +73,7 @@ from bench._procs import (
     postmaster_pid,
     raise_own_nofile,
 )
-from bench._stack import (
+from bench.harness.stack import (
     QUEUE_TYPE,
     Hypercorn,
     empty_queue,

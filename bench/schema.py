@@ -22,7 +22,7 @@ import statistics
 import time
 from typing import Any
 
-from bench._common import format_table, machine_info, now_iso, output_arg
+from bench.harness.common import format_table, machine_info, now_iso, output_arg
 from dataplane import Auth
 from dataplane.surfaces import all_surfaces
 

@@ -7,7 +7,7 @@ Run from the repository root::
     MAESTRO_QUEUES_URL=... python bench/soak.py   # scratch dbs on that server instead
 
 It starts its own stack, like ``dataplane dev`` does: an embedded Postgres with
-durable defaults (``bench._common.scratch_server``), the queue DB migrated
+durable defaults (``bench.harness.common.scratch_server``), the queue DB migrated
 (``dataplane migrate``), the demo client DB created and seeded (``create_demo_db``,
 read-only DSN for the workers), one BFF (Hypercorn ``-k trio``) and one
 ``dataplane worker`` per demo surface (users, learnerviews, accounting, skills)
@@ -93,8 +93,8 @@ import psycopg
 import trio
 from dataplane_lms.demo_db import create_demo_db
 
-from bench._client import RawSession
-from bench._common import (
+from bench.harness.client import RawSession
+from bench.harness.common import (
     Server,
     format_table,
     now_iso,
@@ -106,8 +106,8 @@ from bench._common import (
     until_signalled,
     with_dbname,
 )
-from bench._demo import DemoIds, demo_db_scope, demo_ids
-from bench._procs import (
+from bench.harness.demo import DemoIds, demo_db_scope, demo_ids
+from bench.harness.procs import (
     WORKER_ARGV,
     Child,
     Children,
@@ -118,7 +118,7 @@ from bench._procs import (
     proc_status,
     raise_own_nofile,
 )
-from bench._stack import migrate_schema, stack_env, start_bff, wait_serving
+from bench.harness.stack import migrate_schema, stack_env, start_bff, wait_serving
 from dataplane.bff.auth import mint_token
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS

@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from bench._common import format_table, machine_info, now_iso, output_arg
+from bench.harness.common import format_table, machine_info, now_iso, output_arg
 from dataplane.observability import otel, otlp, spans
 
 BATCH = 512

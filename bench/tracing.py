@@ -70,8 +70,8 @@ from typing import Any
 import httpx
 import trio
 
-from bench._client import E2eSample, auth_headers, closed_loop, e2e_once, open_sessions
-from bench._common import (
+from bench.harness.client import E2eSample, auth_headers, closed_loop, e2e_once, open_sessions
+from bench.harness.common import (
     Server,
     format_table,
     now_iso,
@@ -83,7 +83,7 @@ from bench._common import (
     summary_ms,
     until_signalled,
 )
-from bench._procs import (
+from bench.harness.procs import (
     WORKER_ARGV,
     Child,
     Children,
@@ -94,7 +94,7 @@ from bench._procs import (
     postmaster_pid,
     raise_own_nofile,
 )
-from bench._stack import (
+from bench.harness.stack import (
     HOST,
     QUEUE_TYPE,
     Hypercorn,

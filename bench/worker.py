@@ -63,7 +63,7 @@ import trio
 from dataplane_lms.demo_db import create_demo_db
 from psycopg import sql as pgsql
 
-from bench._common import (
+from bench.harness.common import (
     RESULTS_DIR,
     Server,
     describe,
@@ -77,8 +77,8 @@ from bench._common import (
     summary_ms,
     with_dbname,
 )
-from bench._demo import DemoIds, demo_db_scope, demo_ids
-from bench._procs import (
+from bench.harness.demo import DemoIds, demo_db_scope, demo_ids
+from bench.harness.procs import (
     CLK_TCK,
     WORKER_ARGV,
     Child,
@@ -89,7 +89,7 @@ from bench._procs import (
     postmaster_pid,
     wait_serving_blocking,
 )
-from bench._stack import NOTIFY_SECRET
+from bench.harness.stack import NOTIFY_SECRET
 from dataplane.db import DatabaseConfig, close_to_public, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import MAX_DEQUEUES, done_channel, to_json

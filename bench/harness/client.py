@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import httpx
 import trio
 
-from bench._common import summary_ms
-from bench._procs import CpuMeter, cpu_ms_per_op
-from bench._stack import HOST, JWT_SECRET
+from bench.harness.common import summary_ms
+from bench.harness.procs import CpuMeter, cpu_ms_per_op
+from bench.harness.stack import HOST, JWT_SECRET
 from dataplane.bff.auth import mint_token
 
 HTTP_TIMEOUT_S = 30.0

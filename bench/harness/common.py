@@ -2,8 +2,9 @@
 tables, a script's run-and-save and housekeeping SQL.
 
 Mostly plain blocking functions (they run before and after ``trio.run``). Child
-processes are in ``_procs.py``, a stack's start-up in ``_stack.py``, the load client
-in ``_client.py``, the demo client DB's name and ids in ``_demo.py``.
+processes and the CPU meter are in ``procs.py``, a stack's start-up in ``stack.py``,
+the load client in ``client.py``, the demo client DB in ``demo.py``, the result
+schema in ``result.py``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ RECORDED_SETTINGS = (
     "autovacuum",
 )
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 T = TypeVar("T")
 
@@ -343,15 +344,15 @@ async def admin_sql(
 
 
 class Witness:
-    """Runs ``python -m bench._common DSN CHANNEL COUNT SECONDS`` and collects its stamps."""
+    """Runs ``python -m bench.harness.common DSN CHANNEL COUNT SECONDS`` and collects its stamps."""
 
     def __init__(self, dsn: str, channel: str, count: int, seconds: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._common", dsn, channel, str(count), str(seconds)],
+            [sys.executable, "-m", "bench.harness.common", dsn, channel, str(count), str(seconds)],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
-            cwd=str(Path(__file__).resolve().parent.parent),
+            cwd=str(Path(__file__).resolve().parents[2]),
         )
 
     def wait_ready(self, timeout: float = 20.0) -> None:

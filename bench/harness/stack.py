@@ -1,7 +1,7 @@
 """Bringing up a stack under Trio: BFFs (Hypercorn), workers, the bare hello-world server.
 
 Shared by ``e2e.py``, ``tracing.py``, ``scaling.py``, ``soak.py`` and ``coalesce.py``;
-the processes themselves are :class:`bench._procs.Child` objects.
+the processes themselves are :class:`bench.harness.procs.Child` objects.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import trio
 
-from bench._common import admin_sql, close_to_public
-from bench._procs import REPO, Child, Children, children_of, cmdline
+from bench.harness.common import admin_sql, close_to_public
+from bench.harness.procs import REPO, Child, Children, children_of, cmdline
 from dataplane.dev.embedded import free_port
 
 HOST = "127.0.0.1"
@@ -70,7 +70,7 @@ def stack_env(
 
 def migrate_schema(env: Mapping[str, str]) -> str:
     """``dataplane migrate`` as a child process, then the database closed to PUBLIC
-    (``bench._common.close_to_public``); the migration's output."""
+    (``bench.harness.common.close_to_public``); the migration's output."""
     done = subprocess.run(
         [sys.executable, "-m", "dataplane", "migrate"],
         env=dict(env),

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from bench._common import Server, drop_database
+from bench.harness.common import Server, drop_database
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._common import Server
+from bench.harness.common import Server
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 #: ``python -m dataplane worker``: every worker process of the benchmarks.
 WORKER_ARGV = (sys.executable, "-m", "dataplane", "worker")
@@ -200,14 +200,32 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of one process (all its threads) in clock ticks; 0 if it is gone."""
-    stat = proc_stat(pid)
-    return _stat_ticks(stat) if stat else 0
+def sched_seconds(pid: int) -> tuple[float, float] | None:
+    """(on-CPU, waiting on a run queue) seconds of every thread of ``pid``, from
+    ``/proc/<pid>/task/*/schedstat`` (nanoseconds, not 10 ms ticks); None when gone.
+
+    The run-queue wait is time the process was runnable while another task had the CPU.
+    """
+    run = wait = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                fields = f.read().split()
+            run += int(fields[0])
+            wait += int(fields[1])
+    return run / 1e9, wait / 1e9
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of one process (all its threads), from /proc; None if it is gone."""
+    """On-CPU seconds of one process (all its threads; schedstat, or utime + stime
+    ticks where the kernel has no schedstat); None if it is gone."""
+    sched = sched_seconds(pid)
+    if sched is not None and sched[0] > 0:
+        return sched[0]
     stat = proc_stat(pid)
     return _stat_ticks(stat) / CLK_TCK if stat else None
 
@@ -263,7 +281,8 @@ def _host_busy_ticks() -> int:
 
 
 class CpuMeter:
-    """CPU seconds used by named groups of processes between two snapshots."""
+    """CPU seconds used by named groups of processes between two snapshots: the one
+    CPU meter of every benchmark (:func:`cpu_seconds` of each process of a group)."""
 
     def __init__(self, groups: Mapping[str, Callable[[], Iterable[int]]]) -> None:
         # name -> callable returning the pids of the group now
@@ -276,7 +295,7 @@ class CpuMeter:
             "host": _host_busy_ticks(),
         }
         for name, pids in self.groups.items():
-            snap[name] = {pid: cpu_ticks(pid) for pid in pids()}
+            snap[name] = {pid: cpu_seconds(pid) or 0.0 for pid in pids()}
         return snap
 
     def since(self, start: dict[str, Any]) -> dict[str, float]:
@@ -284,12 +303,14 @@ class CpuMeter:
         end = self.snapshot()
         wall = end["wall"] - start["wall"]
         out = {"wall_s": round(wall, 3)}
-        out["bench_pct"] = round(100 * (end["bench"] - start["bench"]) / wall, 1)
         ours = end["bench"] - start["bench"]
+        out["bench_pct"] = round(100 * ours / wall, 1)
+        out["bench_s"] = round(ours, 4)
         for name in self.groups:
-            ticks = sum(t - start[name].get(pid, 0) for pid, t in end[name].items())
-            out[f"{name}_pct"] = round(100 * ticks / CLK_TCK / wall, 1)
-            ours += ticks / CLK_TCK
+            used = sum(t - start[name].get(pid, 0.0) for pid, t in end[name].items())
+            out[f"{name}_pct"] = round(100 * used / wall, 1)
+            out[f"{name}_s"] = round(used, 4)
+            ours += used
         # Everything else on the host (other users' processes): a noisy-run flag.
         host = (end["host"] - start["host"]) / CLK_TCK
         out["others_pct"] = round(100 * max(0.0, host - ours) / wall, 1)
@@ -301,7 +322,7 @@ def cpu_ms_per_op(cpu: Mapping[str, float], ops: int) -> dict[str, float]:
     if ops <= 0:
         return {}
     return {
-        k[:-4]: round(v / 100 * cpu["wall_s"] / ops * 1000, 3)
+        k[:-2]: round(v / ops * 1000, 4)
         for k, v in cpu.items()
-        if k.endswith("_pct") and k != "others_pct"
+        if k.endswith("_s") and k != "wall_s"
     }
