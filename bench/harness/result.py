@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,19 @@ class Result:
         self.machine.setdefault("loadavg_at_end", [round(x, 2) for x in os.getloadavg()])
         path.write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
         return path
+
+
+def interruptible(run: Callable[[], Result]) -> Result | None:
+    """``run()``, or None (after a note) on Ctrl-C or SIGTERM: whatever it started has
+    been stopped on the way out."""
+    interrupted = False
+    try:
+        return run()
+    except* KeyboardInterrupt:  # trio.run may wrap it in a group
+        interrupted = True
+    if interrupted:
+        print("interrupted; every process started was stopped", file=sys.stderr)
+    return None
 
 
 def commit_of(tree: Path) -> str:

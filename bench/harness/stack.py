@@ -43,6 +43,28 @@ async def hello():
 '''
 
 
+SINK_APP = '''"""An OTLP/HTTP sink: 200 to every export, counts them (bench/load.py tracing)."""
+from quart import request
+from quart_trio import QuartTrio
+
+app = QuartTrio(__name__)
+app.config["MAX_CONTENT_LENGTH"] = 64 * 1024 * 1024
+seen = {"exports": 0, "bytes": 0}
+
+
+@app.get("/")
+async def stats():
+    return seen
+
+
+@app.post("/v1/<kind>")
+async def export(kind):
+    seen["exports"] += 1
+    seen["bytes"] += len(await request.get_data())
+    return b"", 200, {"Content-Type": "application/x-protobuf"}
+'''
+
+
 def stack_env(
     queue_dsn: str,
     *,
@@ -181,6 +203,15 @@ async def start_hello(kids: Children, tmp: Path) -> Hypercorn:
         if not k.startswith(("DATAPLANE_", "MAESTRO_", "SURFACE_", "OTEL_"))
     }
     return await start_hypercorn(kids, "hello", "e2e_hello_app:app", env, ready_path="/", cwd=tmp)
+
+
+async def start_sink(kids: Children, tmp: Path) -> Hypercorn:
+    """An OTLP/HTTP receiver that drops what it gets (:data:`SINK_APP`), run from ``tmp``."""
+    (tmp / "otlp_sink_app.py").write_text(SINK_APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAPLANE_", "OTEL_"))}
+    return await start_hypercorn(
+        kids, "otlp-sink", "otlp_sink_app:app", env, ready_path="/", cwd=tmp
+    )
 
 
 # -- workers and stopping ----------------------------------------------------------
