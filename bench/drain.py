@@ -24,7 +24,8 @@ set), migrated by ``dataplane migrate``. Phases:
 * ``noop``: the same API, no-op jobs claimed in batches of 200 and completed by four
   tasks of one process.
 
-Prints the figures and writes ``bench/results/drain.json`` (``--output``; not committed).
+Prints the figures and writes ``bench/results/drain-<phases>.json`` (``--output``; not
+committed).
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ class StatementLog:
     def _settings(self, *statements: str) -> None:
         with psycopg.connect(self.server.dsn, autocommit=True) as conn:
             for statement in statements:
-                conn.execute(statement)  # type: ignore[call-overload]  # bench literals
+                conn.execute(statement.encode())  # bench literals, no parameters
             conn.execute("SELECT pg_reload_conf()")
         time.sleep(0.5)  # the reload reaches every backend
 

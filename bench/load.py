@@ -33,7 +33,8 @@ each and the ratio b / a per round. They share this checkout's worker unless
 ``--worker-per-side`` (side a then runs its own worker on the ``-dev`` tier: for a
 change both sides of a notify must agree on).
 
-Prints the figures and writes ``bench/results/load.json`` (``--output``; not committed).
+Prints the figures and writes ``bench/results/load-<scenarios>.json`` (``--output``; not
+committed).
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ from bench.harness.client import (
     closed_loop,
     e2e_once,
     hello_load,
-    open_sessions,
     post_echo,
     raw_sessions,
 )
@@ -232,7 +232,7 @@ async def sequential(
     headers = auth_headers()
     lat: list[float] = []
     errors: list[str] = []
-    async with open_sessions("raw", port, 2) as new_session:
+    async with raw_sessions([port]) as new_session:
         session = new_session()
         for i in range(warmup):
             await way(session, headers, f"{tag}-w{i}")
@@ -313,9 +313,7 @@ async def scenario_load(stack: Stack, run: str) -> tuple[Figures, dict[str, Any]
             [stack.port], WAYS[name], f"{run}-l{name}", plan.clients, plan.load_seconds, meter
         )
     hello = await start_hello(stack.kids, stack.tmp)
-    detail["hello"] = await hello_load(
-        hello.port, hello.serving, "raw", plan.hello_seconds, plan.clients
-    )
+    detail["hello"] = await hello_load(hello.port, hello.serving, plan.hello_seconds, plan.clients)
     await stop_children([hello.child])
     half_hello = detail["hello"]["hello_rps"] / 2
     sse, prefer = detail["sse"], detail["prefer"]
@@ -456,7 +454,7 @@ async def scenario_streams(stack: Stack, run: str) -> tuple[Figures, dict[str, A
     headers = auth_headers()
     paths: list[str] = []
     counter = iter(range(plan.streams))
-    async with open_sessions("raw", stack.port, 64) as new_session:
+    async with raw_sessions([stack.port]) as new_session:
 
         async def poster() -> None:
             session = new_session()
@@ -542,7 +540,7 @@ async def one_slice(
     async def one(session: Session, k: int, i: int) -> str | None:
         return await way(session, headers, f"{tag}-{k}-{i}")
 
-    async with open_sessions("raw", side.bff.port, clients * 2) as new_session:
+    async with raw_sessions([side.bff.port]) as new_session:
         await closed_loop(warm, clients, new_session, one)
         c0 = cpu_seconds(pid) or 0.0
         lat, errors, elapsed = await closed_loop(seconds, clients, new_session, one)
@@ -566,7 +564,7 @@ async def alternate(sides: Sequence[Side], ways: Sequence[str], plan: Plan, clie
 
 
 def _cpu_ms(s: dict[str, Any]) -> float:
-    return float(s["cpu_s"]) * 1000 / max(1, s["answered"])
+    return float(s["cpu_s"]) * 1000 / max(1, int(s["answered"]))
 
 
 def _round_line(sides: Sequence[Side], way: str) -> str:
@@ -646,7 +644,7 @@ async def scenario_scaling(stack: Stack, run: str) -> tuple[Figures, dict[str, A
         bffs = [await start_bff(stack.kids, f"{tag}-b{i}", stack.env) for i in range(n_bff)]
         await wait_serving(workers, within=60)
         pids = [b.serving for b in bffs] + [w.pid for w in workers]
-        meter = CpuMeter({"stack": lambda pids=pids: pids})
+        meter = CpuMeter({"stack": pids.copy})
         got = await closed(
             [b.port for b in bffs], WAYS["sse"], tag, plan.clients, plan.scaling_seconds, meter
         )

@@ -1,7 +1,7 @@
 """The end-to-end load client: HTTP sessions, one ``probe.echo`` round trip, closed loops.
 
-Written for ``e2e.py`` and shared with ``tracing.py``, ``scaling.py`` and ``soak.py``:
-a raw keep-alive HTTP/1.1 client on Trio sockets (the cheapest) and one on httpx.
+Shared by ``load.py`` and ``soak.py``:
+a raw keep-alive HTTP/1.1 client on Trio sockets (the cheapest client).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from bench.harness.procs import CpuMeter, cpu_ms_per_op
 from bench.harness.stack import HOST, JWT_SECRET
 from dataplane.bff.auth import mint_token
 
-HTTP_TIMEOUT_S = 30.0
-
 Headers = Mapping[str, str] | None
 
 
@@ -37,40 +35,6 @@ class Session(Protocol):
     async def events(self, path: str) -> tuple[int, list[tuple[str, str, float]]]:
         """GET an event stream to its end: (status, [(event, data, perf_counter received)])."""
         ...
-
-
-class HttpxSession:
-    """A session on a shared ``httpx.AsyncClient`` (its keep-alive pool)."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Headers = None
-    ) -> tuple[int, bytes]:
-        resp = await self.client.request(method, path, content=body, headers=headers)
-        return resp.status_code, resp.content
-
-    async def events(self, path: str) -> tuple[int, list[tuple[str, str, float]]]:
-        out: list[tuple[str, str, float]] = []
-        async with self.client.stream("GET", path) as resp:
-            if resp.status_code != 200:
-                await resp.aread()
-                return resp.status_code, out
-            event = data = ""
-            # To the end of the body (the BFF ends it right after the final event),
-            # so the connection goes back to the pool.
-            async for line in resp.aiter_lines():
-                if line:
-                    if line.startswith("event:"):
-                        event = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data = line[5:].strip()
-                    continue
-                if event:
-                    out.append((event, data, time.perf_counter()))
-                event = data = ""
-        return 200, out
 
 
 class ConnectionClosed(Exception):
@@ -128,7 +92,7 @@ class RawSession:
 
     async def _body(self, headers: Mapping[str, str], on_data: Any) -> bytes:
         if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int((await self._until(b"\r\n")).split(b";")[0], 16)
                 if size == 0:
@@ -215,20 +179,6 @@ async def raw_sessions(ports: Sequence[int]) -> AsyncIterator[Callable[[], RawSe
     finally:
         for session in made:
             await session.aclose()
-
-
-@contextlib.asynccontextmanager
-async def open_sessions(kind: str, port: int, connections: int) -> AsyncIterator[Any]:
-    """A factory of :class:`Session` objects, one per client task."""
-    if kind == "httpx":
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        async with httpx.AsyncClient(
-            base_url=f"http://{HOST}:{port}", timeout=HTTP_TIMEOUT_S, limits=limits
-        ) as client:
-            yield lambda: HttpxSession(client)
-        return
-    async with raw_sessions([port]) as make:
-        yield make
 
 
 @dataclass
@@ -318,21 +268,20 @@ async def closed_loop(
     return latencies, errors, time.perf_counter() - t0
 
 
-async def hello_load(port: int, serving: int, client: str, seconds: float, clients: int) -> Any:
+async def hello_load(port: int, serving: int, seconds: float, clients: int) -> Any:
     """``GET /`` of the hello world by ``clients`` closed-loop clients, after a 1 s warm-up."""
 
     async def one(session: Session, k: int, i: int) -> str | None:
         status, body = await session.request("GET", "/")
         return None if status == 200 and body == b"hello" else f"answered {status}"
 
-    async with open_sessions(client, port, clients * 2) as new_session:
+    async with raw_sessions([port]) as new_session:
         await closed_loop(1.0, clients, new_session, one)
         meter = CpuMeter({"hello": lambda: [serving]})
         cpu0 = meter.snapshot()
         lat, errors, elapsed = await closed_loop(seconds, clients, new_session, one)
         cpu = meter.since(cpu0)
     return {
-        "client": client,
         "clients": clients,
         "seconds": round(elapsed, 3),
         "completed": len(lat),

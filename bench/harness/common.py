@@ -9,7 +9,6 @@ schema in ``result.py``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -141,39 +140,10 @@ def server_settings(dsn: str) -> dict[str, str]:
     return out
 
 
-def server_facts(
-    server: Server, *, fdatasync: bool = False
-) -> tuple[dict[str, str], dict[str, Any]]:
-    """The recorded server settings and the machine (and the data dir's fdatasync latency)."""
+def server_facts(server: Server) -> tuple[dict[str, str], dict[str, Any]]:
+    """The recorded server settings and the machine."""
     settings = server_settings(server.dsn)
-    machine = machine_info(settings.get("server_version", "?"))
-    if fdatasync:
-        machine["fdatasync_8k_in_datadir"] = fdatasync_probe(server.datadir)
-    return settings, machine
-
-
-def fdatasync_probe(directory: Path | None, seconds: float = 0.3) -> dict[str, float] | None:
-    """8 kB write + fdatasync latency in ``directory`` (the data dir's disk), µs."""
-    if directory is None:
-        return None
-    path = directory / "fsync-probe"
-    samples: list[float] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        block = b"\0" * 8192
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end and len(samples) < 5000:
-            t0 = time.perf_counter()
-            os.pwrite(fd, block, 0)
-            os.fdatasync(fd)
-            samples.append((time.perf_counter() - t0) * 1e6)
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-    return {
-        "p50_us": round(percentile(samples, 50), 1),
-        "p99_us": round(percentile(samples, 99), 1),
-    }
+    return settings, machine_info(settings.get("server_version", "?"))
 
 
 def machine_info(server_version: str) -> dict[str, Any]:
@@ -248,41 +218,7 @@ def describe(mapping: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
 
 
-# -- a benchmark script's run ------------------------------------------------------
-
-
-def output_arg(parser: argparse.ArgumentParser, name: str) -> None:
-    """``--output``, by default ``bench/results/<name>.json``."""
-    parser.add_argument(
-        "--output", type=Path, default=RESULTS_DIR / f"{name}.json", help="result JSON path"
-    )
-
-
-def run_and_save(
-    run: Callable[[], dict[str, Any]],
-    output: Path,
-    print_tables: Callable[[dict[str, Any]], None],
-    interrupted_note: str,
-) -> dict[str, Any] | None:
-    """``run()``; its result, with the total seconds and the host's load at the end,
-    written to ``output`` as JSON and printed. None (after the note) when interrupted."""
-    started = time.perf_counter()
-    interrupted = False
-    try:
-        result = run()
-    except* KeyboardInterrupt:  # trio.run may wrap it in a group
-        interrupted = True
-    if interrupted:
-        print(interrupted_note, file=sys.stderr)
-        return None
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
-    # Other work on the host skews every number: a high value here flags a noisy run.
-    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print_tables(result)
-    print(f"\nwrote {output} ({result['total_seconds']}s total)")
-    return result
+# -- under Trio ---------------------------------------------------------------------
 
 
 async def until_signalled(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

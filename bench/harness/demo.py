@@ -1,4 +1,4 @@
-"""The seeded demo client DB in a benchmark (``worker.py``, ``soak.py``): its name,
+"""The seeded demo client DB in a benchmark (``soak.py``): its name,
 its removal, the ids and categories the requests draw on."""
 
 from __future__ import annotations

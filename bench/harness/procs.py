@@ -1,6 +1,6 @@
 """Child processes of a benchmark and what /proc says about any process.
 
-Plain blocking functions and classes (the async start-up of a stack is in ``_stack.py``).
+Plain blocking functions and classes (the async start-up of a stack is in ``stack.py``).
 """
 
 from __future__ import annotations
@@ -186,11 +186,6 @@ def _children_stats(parent: int) -> dict[int, list[str]]:
 
 def children_of(pid: int) -> list[int]:
     return list(_children_stats(pid))
-
-
-def children_cpu(parent: int) -> dict[int, float]:
-    """CPU seconds of every direct child of ``parent`` (Postgres backends of a postmaster)."""
-    return {pid: _stat_ticks(stat) / CLK_TCK for pid, stat in _children_stats(parent).items()}
 
 
 def cmdline(pid: int) -> str:

@@ -63,8 +63,9 @@ class Result:
     total_seconds: float = 0.0
 
     def save(self, path: Path | None = None) -> Path:
-        """Written to ``path`` (default ``bench/results/<tool>.json``, not committed)."""
-        path = path or RESULTS_DIR / f"{self.tool}.json"
+        """Written to ``path`` (default ``bench/results/<tool>-<scenarios>.json``, so a
+        partial run does not overwrite another's; not committed)."""
+        path = path or RESULTS_DIR / f"{'-'.join([self.tool, *self.scenarios])}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.machine.setdefault("loadavg_at_end", [round(x, 2) for x in os.getloadavg()])
         path.write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
@@ -98,7 +99,7 @@ def commit_of(tree: Path) -> str:
 def print_figures(result: Result) -> None:
     """The run's figures beside their goals, then its references."""
     print(f"\n{result.tool} {' '.join(result.scenarios)} at {result.commit}, {result.date}")
-    for name, value in result.figures.items():
-        print(f"  {name:32} {value!s:>12}   {GOALS.get(name, '')}")
-    for name, value in result.references.items():
-        print(f"  {name:32} {value!s:>12}   (reference)")
+    for name, figure in result.figures.items():
+        print(f"  {name:32} {figure!s:>12}   {GOALS.get(name, '')}")
+    for name, reference in result.references.items():
+        print(f"  {name:32} {reference!s:>12}   (reference)")

@@ -1,6 +1,6 @@
 """Bringing up a stack under Trio: BFFs (Hypercorn), workers, the bare hello-world server.
 
-Shared by ``e2e.py``, ``tracing.py``, ``scaling.py``, ``soak.py`` and ``coalesce.py``;
+Shared by ``load.py``, ``drain.py`` and ``soak.py``;
 the processes themselves are :class:`bench.harness.procs.Child` objects.
 """
 
@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import trio
 
-from bench.harness.common import admin_sql, close_to_public
+from bench.harness.common import close_to_public
 from bench.harness.procs import REPO, Child, Children, children_of, cmdline
 from dataplane.dev.embedded import free_port
 
@@ -31,7 +29,7 @@ JWT_SECRET = "bench-e2e-secret-that-is-long-enough-for-hs256!"
 NOTIFY_SECRET = "bench-notify-secret-that-is-long-enough!"
 SSE_DEADLINE_S = 600.0  # BFF DATAPLANE_SSE_DEADLINE_SECONDS (a whole run)
 
-HELLO_APP = '''"""Bare Hypercorn + Quart-Trio hello world (bench/e2e.py's baseline)."""
+HELLO_APP = '''"""Bare Hypercorn + Quart-Trio hello world (bench/load.py's reference)."""
 from quart_trio import QuartTrio
 
 app = QuartTrio(__name__)
@@ -106,15 +104,6 @@ def migrate_schema(env: Mapping[str, str]) -> str:
         raise RuntimeError(f"dataplane migrate failed:\n{done.stdout}{done.stderr}")
     close_to_public(env["MAESTRO_QUEUES_URL"])
     return done.stdout.strip()
-
-
-async def empty_queue(dsn: str) -> None:
-    """The same starting state for every round (no process of the stack is up)."""
-    await admin_sql(
-        dsn,
-        "TRUNCATE maestro_queues, surface_result_blobs, worker_runs",
-        "VACUUM ANALYZE maestro_queues",
-    )
 
 
 # -- Hypercorn ---------------------------------------------------------------------
@@ -238,14 +227,3 @@ async def stop_children(children: Sequence[Child]) -> dict[str, int | None]:
         for child in children:
             nursery.start_soon(stop, child)
     return codes
-
-
-_PROBLEM = re.compile(r"Traceback|\b(ERROR|CRITICAL|WARNING)\b|Exception")
-
-
-def log_problems(child: Child) -> dict[str, Any] | None:
-    """Lines of a child's log that look like trouble (count and the first few)."""
-    hits = [line for line in child.output().splitlines() if _PROBLEM.search(line)]
-    if not hits:
-        return None
-    return {"lines": len(hits), "first": [h[:300] for h in hits[:4]], "log": str(child.log_path)}
