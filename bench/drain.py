@@ -10,10 +10,13 @@ Run from the repository root::
 On a scratch Postgres (embedded, durable defaults, unless ``MAESTRO_QUEUES_URL`` is
 set), migrated by ``dataplane migrate``. Phases:
 
-* ``drain``: ``--jobs`` distinct ``probe.echo`` jobs (real envelopes, COPY, untimed)
+* ``drain``: 20,000 distinct ``probe.echo`` jobs (real envelopes, COPY, untimed)
   drained by one ``dataplane worker`` per run; rate = jobs / (last ``completed_at`` -
   first ``claimed_at``), server clock, so start-up is not charged; the worker's and
-  Postgres' CPU per job. The median of ``--repeats`` runs is the figure;
+  Postgres' CPU per job. The median of ``--repeats`` runs is the figure. With
+  ``--a-env KEY=VALUE`` each repeat also runs a worker with those variables added
+  (side a), the order alternating: e.g. ``DATAPLANE_STOCK_STACK=1`` against the
+  patched stack;
 * ``idle``: one worker on an empty queue, settled, then its CPU over a window;
 * ``herd``: one idle worker, then four, jobs enqueued one at a time: the claim
   statements each enqueue brought about (the server's statement log), the four's
@@ -105,6 +108,7 @@ class Plan:
     noop_batch: int = 200
     noop_tasks: int = 4
     noop_cap_s: float = 10.0
+    a_env: tuple[tuple[str, str], ...] = ()  # --a-env: the drain's other side
 
     @classmethod
     def quick(cls) -> Plan:
@@ -187,10 +191,14 @@ def fill_probe(dsn: str, n: int) -> None:
 # -- drain --------------------------------------------------------------------------
 
 
-def drain_run(server: Server, workers: Workers, concurrency: int | None, plan: Plan) -> Any:
+def drain_run(
+    server: Server, workers: Workers, concurrency: int | None, plan: Plan, side: str = "b"
+) -> Any:
     fill_probe(server.dsn, plan.jobs)
     pg = postgres_cpu(server)
-    extra = {} if concurrency is None else {"DATAPLANE_CONCURRENCY": str(concurrency)}
+    extra = dict(plan.a_env) if side == "a" else {}
+    if concurrency is not None:
+        extra["DATAPLANE_CONCURRENCY"] = str(concurrency)
     done_sql = "SELECT count(*) FROM maestro_queues WHERE type = %s AND status = 'done'"
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         worker = workers.start(f"drain-{concurrency or 'default'}-{uuid.uuid4().hex[:4]}", **extra)
@@ -223,6 +231,7 @@ def drain_run(server: Server, workers: Workers, concurrency: int | None, plan: P
     done, poison, span, claims, completions = int(row[0]), int(row[1]), float(row[2] or 0), *row[3:]
     return {
         "concurrency": concurrency or "default",
+        "side": side,
         "done": done,
         "poison": poison,
         "capped": done < plan.jobs,
@@ -237,26 +246,40 @@ def drain_run(server: Server, workers: Workers, concurrency: int | None, plan: P
 
 
 def phase_drain(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str, Any], Any]:
+    """``repeats`` runs per concurrency; with ``--a-env``, each repeat runs both sides,
+    the order alternating: ``b`` as configured, ``a`` with those variables added."""
     runs = []
     for concurrency in plan.concurrency:
-        for _ in range(plan.repeats):
-            runs.append(row := drain_run(server, workers, concurrency, plan))
-            print(
-                f"  concurrency {row['concurrency']}: {row['jobs_per_s']:,.0f} jobs/s, "
-                f"worker {row['worker_us_per_job']} µs/job, Postgres "
-                f"{row['postgres_us_per_job']} µs/job{' CAPPED' if row['capped'] else ''}",
-                flush=True,
-            )
-    first = [r for r in runs if r["concurrency"] == (plan.concurrency[0] or "default")]
-    figures = {
-        "drain_jobs_per_s": statistics.median(r["jobs_per_s"] for r in first),
-        "drain_worker_us_per_job": statistics.median(r["worker_us_per_job"] or 0 for r in first),
-        "drain_postgres_us_per_job": statistics.median(
-            r["postgres_us_per_job"] or 0 for r in first
-        ),
-        "drain_best_jobs_per_s": max(r["jobs_per_s"] for r in first),
+        for r in range(plan.repeats):
+            sides = ("b",) if not plan.a_env else ("a", "b") if r % 2 == 0 else ("b", "a")
+            for side in sides:
+                runs.append(row := drain_run(server, workers, concurrency, plan, side))
+                print(
+                    f"  {side if plan.a_env else ''} concurrency {row['concurrency']}: "
+                    f"{row['jobs_per_s']:,.0f} jobs/s, worker {row['worker_us_per_job']} µs/job, "
+                    f"Postgres {row['postgres_us_per_job']} µs/job"
+                    f"{' CAPPED' if row['capped'] else ''}",
+                    flush=True,
+                )
+    first = plan.concurrency[0] or "default"
+
+    def median(side: str, key: str) -> float:
+        values = [r[key] or 0 for r in runs if r["concurrency"] == first and r["side"] == side]
+        return round(statistics.median(values), 1)
+
+    figures: dict[str, Any] = {
+        "drain_jobs_per_s": median("b", "jobs_per_s"),
+        "drain_worker_us_per_job": median("b", "worker_us_per_job"),
+        "drain_postgres_us_per_job": median("b", "postgres_us_per_job"),
+        "drain_best_jobs_per_s": max(r["jobs_per_s"] for r in runs if r["side"] == "b"),
     }
-    return figures, {"runs": runs, "figures_of": f"concurrency {first[0]['concurrency']}"}
+    if plan.a_env:
+        a_rate, a_cpu = median("a", "jobs_per_s"), median("a", "worker_us_per_job")
+        figures["drain_jobs_per_s_a"] = a_rate
+        figures["drain_worker_us_per_job_a"] = a_cpu
+        figures["drain_jobs_per_s_b_over_a"] = round(figures["drain_jobs_per_s"] / a_rate, 4)
+        figures["drain_worker_us_b_over_a"] = round(figures["drain_worker_us_per_job"] / a_cpu, 4)
+    return figures, {"runs": runs, "figures_of": f"concurrency {first}", "a_env": plan.a_env}
 
 
 # -- idle and herd ------------------------------------------------------------------
@@ -552,6 +575,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", help="comma-separated DATAPLANE_CONCURRENCY values, 'default' = unset"
     )
+    parser.add_argument(
+        "--a-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="drain: alternate runs with these variables (side a) and without (side b), "
+        "e.g. DATAPLANE_STOCK_STACK=1",
+    )
     parser.add_argument("--output", type=Path, help="result JSON (default bench/results/)")
     args = parser.parse_args(argv)
     phases = args.phases or list(PHASES)
@@ -560,6 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.quick() if args.quick else Plan()
     if args.repeats:
         plan = replace(plan, repeats=args.repeats)
+    if args.a_env:
+        if any("=" not in item for item in args.a_env):
+            parser.error("--a-env takes KEY=VALUE")
+        pairs = [item.split("=", 1) for item in args.a_env]
+        plan = replace(plan, a_env=tuple((k, v) for k, v in pairs))
     if args.concurrency:
         values = [None if v == "default" else int(v) for v in args.concurrency.split(",")]
         plan = replace(plan, concurrency=tuple(values))

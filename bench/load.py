@@ -31,7 +31,9 @@ checkout (e.g. ``git worktree add ../base HEAD~1``), side ``b`` this one, both s
 at once, loaded in alternating slices (SSE and ``Prefer`` ways): BFF CPU per answer of
 each and the ratio b / a per round. They share this checkout's worker unless
 ``--worker-per-side`` (side a then runs its own worker on the ``-dev`` tier: for a
-change both sides of a notify must agree on).
+change both sides of a notify must agree on). ``--a-env KEY=VALUE`` adds variables to
+side a's processes: ``--ab . --a-env DATAPLANE_STOCK_STACK=1 --worker-per-side`` sets
+the stock stack against this one.
 
 Prints the figures and writes ``bench/results/load-<scenarios>.json`` (``--output``; not
 committed).
@@ -690,7 +692,8 @@ async def run_ab(
 ) -> None:
     base = args.ab.resolve()
     plan: Plan = args.plan
-    a = Side("a", {**env, "PYTHONPATH": str(base)}, tree=base, own_worker=args.worker_per_side)
+    a_env = {**env, "PYTHONPATH": str(base), **dict(item.split("=", 1) for item in args.a_env)}
+    a = Side("a", a_env, tree=base, own_worker=args.worker_per_side)
     b = Side("b", dict(env))
     workers = await start_sides(kids, env, [a, b])
     await alternate([a, b], args.ways, plan, plan.clients)
@@ -710,7 +713,7 @@ def run(args: argparse.Namespace) -> Result:
     names = ["ab"] if args.ab else args.scenarios
     result = Result(tool="load", scenarios=names, config={"plan": asdict(plan)})
     if args.ab:
-        result.config.update(worker_per_side=args.worker_per_side, ways=args.ways)
+        result.config.update(worker_per_side=args.worker_per_side, ways=args.ways, a_env=args.a_env)
         if not (args.ab / "dataplane" / "__init__.py").is_file():
             raise SystemExit(f"--ab {args.ab}: no dataplane package there")
     t0 = time.perf_counter()
@@ -742,11 +745,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="--ab: side a gets a worker of its own code, on the dev tier",
     )
+    parser.add_argument(
+        "--a-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--ab: variables for side a's processes (e.g. --ab . --a-env "
+        "DATAPLANE_STOCK_STACK=1 --worker-per-side: the stock stack against this one)",
+    )
     parser.add_argument("--rounds", type=int, help="--ab and tracing: alternating rounds")
     parser.add_argument("--seconds", type=float, help="--ab and tracing: seconds per slice")
     parser.add_argument("--ways", type=lambda s: s.split(","), default=["sse", "prefer"])
     parser.add_argument("--output", type=Path, help="result JSON (default bench/results/)")
     args = parser.parse_args(argv)
+    if any("=" not in item for item in args.a_env):
+        parser.error("--a-env takes KEY=VALUE")
     args.scenarios = args.scenarios or list(DEFAULT)
     if unknown := set(args.scenarios) - set(SCENARIOS):
         parser.error(f"unknown scenario(s) {sorted(unknown)}: choose of {', '.join(SCENARIOS)}")
