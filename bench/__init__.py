@@ -1,4 +1,7 @@
-"""The benchmark scripts (``python bench/<name>.py``) and their shared modules."""
+"""The benchmarks: ``load.py`` (the HTTP figures, and ``--ab`` for two codes side by
+side), ``drain.py`` (the queue and the worker), ``soak.py`` (a mixed load over time),
+``micro/`` (pytest-benchmark tests) and their shared ``harness/``. The README's
+Performance section names the command of each goal; ``docs/perf/`` keeps the history."""
 
 import warnings
 

@@ -7,13 +7,13 @@ Run from the repository root::
     MAESTRO_QUEUES_URL=... python bench/soak.py   # scratch dbs on that server instead
 
 It starts its own stack, like ``dataplane dev`` does: an embedded Postgres with
-durable defaults (``bench._common.scratch_server``), the queue DB migrated
+durable defaults (``bench.harness.common.scratch_server``), the queue DB migrated
 (``dataplane migrate``), the demo client DB created and seeded (``create_demo_db``,
 read-only DSN for the workers), one BFF (Hypercorn ``-k trio``) and one
 ``dataplane worker`` per demo surface (users, learnerviews, accounting, skills)
 plus ``probe``, each configured by environment variables only.
 
-Load (in this process, Trio + raw keep-alive HTTP/1.1 sockets from ``bench/_client.py``):
+Load (in this process, Trio + raw keep-alive HTTP/1.1 sockets from ``bench/harness/client.py``):
 ``Plan.clients`` closed-loop clients, each with a random think time between
 requests, draw from one fixed weighted mix over every demo operation and the
 probe: lists and summaries over small parameter sets and two scopes (so the
@@ -93,21 +93,19 @@ import psycopg
 import trio
 from dataplane_lms.demo_db import create_demo_db
 
-from bench._client import RawSession
-from bench._common import (
+from bench.harness.client import RawSession
+from bench.harness.common import (
     Server,
     format_table,
     now_iso,
-    output_arg,
     percentile,
-    run_and_save,
     scratch_server,
     server_facts,
     until_signalled,
     with_dbname,
 )
-from bench._demo import DemoIds, demo_db_scope, demo_ids
-from bench._procs import (
+from bench.harness.demo import DemoIds, demo_db_scope, demo_ids
+from bench.harness.procs import (
     WORKER_ARGV,
     Child,
     Children,
@@ -118,7 +116,8 @@ from bench._procs import (
     proc_status,
     raise_own_nofile,
 )
-from bench._stack import migrate_schema, stack_env, start_bff, wait_serving
+from bench.harness.result import Result, interruptible
+from bench.harness.stack import migrate_schema, stack_env, start_bff, wait_serving
 from dataplane.bff.auth import mint_token
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS
@@ -1097,7 +1096,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave blob expiry alone (24 h): the blob table then only grows",
     )
-    output_arg(parser, "soak")
+    parser.add_argument("--output", type=Path, help="result JSON (default bench/results/)")
     args = parser.parse_args(argv)
     minutes = 1.0 if args.quick else args.minutes
     if not 0.25 <= minutes <= 24 * 60:
@@ -1105,15 +1104,33 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.clients <= 1000:
         parser.error("--clients must be between 1 and 1000")
     plan = Plan(minutes=minutes, clients=args.clients)
-    result = run_and_save(
-        lambda: run(plan, args.real_blob_ttl),
-        args.output,
-        print_tables,
-        "interrupted; every process started was stopped",
-    )
+    started = time.perf_counter()
+    result = interruptible(lambda: as_result(run(plan, args.real_blob_ttl)))
     if result is None:
         return 130
-    return 0 if result["bounded"] else 1
+    result.total_seconds = round(time.perf_counter() - started, 1)
+    print_tables(result.detail)
+    print(f"\nwrote {result.save(args.output)} ({result.total_seconds}s)")
+    return 0 if result.figures["bounded"] else 1
+
+
+def as_result(report: dict[str, Any]) -> Result:
+    """The soak's report in the one result schema: its verdicts as figures."""
+    figures = {
+        key: report[key]
+        for key in ("bounded", "performance_steady", "requests", "requests_per_s")
+        if key in report
+    }
+    figures["unexpected_errors"] = report.get("unexpected_errors")
+    return Result(
+        tool="soak",
+        scenarios=[],
+        figures=figures,
+        detail=report,
+        config=report.get("config", {}),
+        machine=report.get("machine", {}),
+        date=report.get("date") or now_iso(),
+    )
 
 
 if __name__ == "__main__":

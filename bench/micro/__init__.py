@@ -1,0 +1,1 @@
+"""Micro-benchmarks as pytest-benchmark tests: ``python -m pytest bench/micro``."""
