@@ -26,26 +26,32 @@
   log replaced by ours.
   :class:`Exchange` also records ``http.server.request.duration`` for every request,
   to the end of its response, with the route template Quart matched (:func:`_note_route`);
+* :func:`serve_app`: Hypercorn serving an app in this process until SIGTERM, with a
+  bounded grace (``dataplane bff``, ``dataplane capcom``).
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
+import importlib
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import h11
 import hypercorn.config
 import hypercorn.logging
 import hypercorn.protocol
+import hypercorn.trio
 import hypercorn.trio.tcp_server as hypercorn_tcp_server
 import sniffio
 import trio
@@ -61,6 +67,7 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from dataplane.config import setting
 from dataplane.observability.metrics import instruments
 from dataplane.observability.tracing import context_from, tracer
 
@@ -895,3 +902,56 @@ class RequireTrio:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         raise RuntimeError(self.message)
+
+
+# -- serving in this process: `dataplane bff`, `dataplane capcom` ----------------------------
+
+BFF_BIND = "127.0.0.1:8000"
+CAPCOM_BIND = "127.0.0.1:8001"
+KEEP_ALIVE = 75.0  # seconds an idle keep-alive connection is kept (Hypercorn's default: 5)
+SHUTDOWN_GRACE = 5.0  # seconds requests in flight may take after SIGTERM, then they are cut
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """How ``dataplane bff`` and ``dataplane capcom`` serve (their flags override it)."""
+
+    bff_bind: str = setting("DATAPLANE_BIND", BFF_BIND)
+    capcom_bind: str = setting("CAPCOM_BIND", CAPCOM_BIND)
+    keep_alive_seconds: float = setting("DATAPLANE_KEEP_ALIVE_SECONDS", KEEP_ALIVE, minimum=0)
+    shutdown_grace_seconds: float = setting(
+        "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE, minimum=0
+    )
+
+
+async def serve_app(
+    target: str, *, bind: list[str], keep_alive_seconds: float, shutdown_grace_seconds: float
+) -> None:
+    """Serve the ASGI app ``module:attribute`` with Hypercorn's trio worker in this
+    process, until SIGINT or SIGTERM; then stop taking connections, give the requests
+    in flight ``shutdown_grace_seconds``, close what is left (writes to clients that
+    do not read included), run the app's shutdown and return.
+
+    An exception that escapes the server propagates: the process exits non-zero.
+    (Hypercorn's CLI serves from a worker process and its parent exits 0 whatever
+    ended the worker: ``docs/known-issues.md`` 5.) Bind errors and an app that fails
+    its startup raise too."""
+    module, _, attribute = target.partition(":")
+    app = getattr(importlib.import_module(module), attribute)
+    config = hypercorn.config.Config()
+    config.bind = list(bind)
+    config.keep_alive_timeout = keep_alive_seconds
+    config.graceful_timeout = shutdown_grace_seconds
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:  # before startup: none lost
+
+        async def wait_for_stop() -> None:
+            async for signum in signals:
+                log.info(
+                    "%s: stopping; requests in flight have %g s",
+                    signal.Signals(signum).name,
+                    shutdown_grace_seconds,
+                )
+                return
+
+        await hypercorn.trio.serve(app, config, shutdown_trigger=wait_for_stop)
