@@ -28,6 +28,9 @@
   to the end of its response, with the route template Quart matched (:func:`_note_route`);
 * :func:`serve_app`: Hypercorn serving an app in this process until SIGTERM, with a
   bounded grace (``dataplane bff``, ``dataplane capcom``).
+
+Whatever else is installed, :class:`RequireTrio` first makes Hypercorn's connections
+HTTP/1.1 only (:mod:`dataplane.http11`).
 """
 
 from __future__ import annotations
@@ -57,7 +60,6 @@ import sniffio
 import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.protocol.events import StreamClosed
-from hypercorn.protocol.h11 import H11Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -68,6 +70,7 @@ from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
 from dataplane.config import setting
+from dataplane.http11 import HTTP11OnlyProtocol, guard_connections
 from dataplane.observability.metrics import instruments
 from dataplane.observability.tracing import context_from, tracer
 
@@ -229,8 +232,9 @@ class _DeferredContinueConnection:
         self.continue_wanted = False
 
 
-class DeferredContinueH11Protocol(H11Protocol):
-    """Hypercorn's HTTP/1.1 protocol, but ``100 Continue`` waits for the app.
+class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
+    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.http11`), but
+    ``100 Continue`` waits for the app.
 
     Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
     request carrying ``Expect: 100-continue``, before the app has even seen it: a
@@ -860,6 +864,7 @@ class RequireTrio:
     def __init__(self, inner: QuartTrio, message: str) -> None:
         self.inner = inner
         self.message = message
+        guard_connections()  # HTTP/1.1 only: always on
         defer_100_continue()
         lean_keep_alive_timer()
         lean_socket_send()
