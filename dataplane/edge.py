@@ -30,7 +30,7 @@
   bounded grace (``dataplane bff``, ``dataplane capcom``).
 
 Whatever else is installed, :class:`RequireTrio` first makes Hypercorn's connections
-HTTP/1.1 only (:mod:`dataplane.http11`).
+HTTP/1.1 only and closed on time (:mod:`dataplane.http11`).
 """
 
 from __future__ import annotations
@@ -363,9 +363,11 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
     interleaved, and the write is atomic under Trio), the bytes go to the
     non-blocking socket directly. What it does not take at once (a full send buffer)
     follows by the stock path, under the lock, shielded once a part is out (the stock
-    path is cancellable only before its first byte); a broken connection is handled
-    as the stock path handles it. TLS streams and every other event take the stock
-    path. Measured with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
+    path is cancellable only before its first byte) from all but the connection's end
+    (:func:`~dataplane.http11.send_until_connection_ends` is the stock path here: the
+    end of a shutdown's grace cuts it); a broken connection is handled as the stock
+    path handles it. TLS streams and every other event take the stock path. Measured
+    with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
     """
     stock = _stock_protocol_send
     assert stock is not None
@@ -396,8 +398,12 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
 def lean_socket_send() -> None:
     """Make Hypercorn's trio connections write with :func:`lean_protocol_send`
     (once; later calls do nothing, so a wrapper installed since stays). Left alone
-    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed)."""
+    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed).
+    What it does not write itself goes to the write installed before it, which
+    :func:`~dataplane.http11.guard_connections` (called first) makes one that a
+    shutdown can end."""
     global _stock_protocol_send
+    guard_connections()
     server = getattr(hypercorn_tcp_server, "TCPServer", None)
     current = getattr(server, "protocol_send", None)
     if _stock_protocol_send is not None or server is None or current is None:
@@ -864,7 +870,7 @@ class RequireTrio:
     def __init__(self, inner: QuartTrio, message: str) -> None:
         self.inner = inner
         self.message = message
-        guard_connections()  # HTTP/1.1 only: always on
+        guard_connections()  # HTTP/1.1 only and connections closed on time: always on
         defer_100_continue()
         lean_keep_alive_timer()
         lean_socket_send()

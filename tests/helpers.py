@@ -256,6 +256,21 @@ class BffProcess:
         self.proc.wait(timeout=10)
         self._log.close()
 
+    def connections(self) -> list[Any]:
+        """The TCP connections of the serving process (and of its children: Hypercorn's
+        CLI serves from a spawned worker), as ``psutil`` reports them."""
+        import psutil
+
+        found = []
+        try:
+            parent = psutil.Process(self.proc.pid)
+            for proc in [parent, *parent.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    found.extend(proc.net_connections(kind="tcp"))
+        except psutil.NoSuchProcess:
+            pass
+        return found
+
 
 def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProcess:
     """A real ``hypercorn -k trio telemetry.capcom:app`` on a free port, taking ``token``."""
