@@ -95,6 +95,37 @@ async def _cmd_maintenance(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_bff(args: argparse.Namespace) -> int:
+    return await _serve("dataplane.app:app", args)
+
+
+async def _cmd_capcom(args: argparse.Namespace) -> int:
+    # By name: dataplane never imports telemetry (the layering contract).
+    return await _serve("telemetry.capcom:app", args)
+
+
+async def _serve(target: str, args: argparse.Namespace) -> int:
+    """Serve ``target`` in this process until SIGINT/SIGTERM (then 0); an exception
+    that ends the server propagates, so the process exits non-zero."""
+    from dataplane.edge import ServeConfig, serve_app
+
+    config = from_env(ServeConfig)
+    default_bind = config.bff_bind if args.command == "bff" else config.capcom_bind
+    await serve_app(
+        target,
+        bind=args.bind or [default_bind],
+        keep_alive_seconds=(
+            config.keep_alive_seconds if args.keep_alive is None else args.keep_alive
+        ),
+        shutdown_grace_seconds=(
+            config.shutdown_grace_seconds
+            if args.graceful_timeout is None
+            else args.graceful_timeout
+        ),
+    )
+    return 0
+
+
 def _cmd_surfaces(args: argparse.Namespace) -> int:
     from dataplane.surfaces import SurfacesConfig
 
@@ -235,6 +266,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
 
+    for role, what, bind in (
+        ("bff", "the surface BFF", "DATAPLANE_BIND, else 127.0.0.1:8000"),
+        ("capcom", "the telemetry receiver", "CAPCOM_BIND, else 127.0.0.1:8001"),
+    ):
+        serve = sub.add_parser(
+            role,
+            help=f"serve {what} (Hypercorn, Trio, HTTP/1.1) until SIGTERM; a crash exits non-zero",
+        )
+        serve.add_argument(
+            "--bind", action="append", metavar="HOST:PORT", help=f"repeatable (default: {bind})"
+        )
+        serve.add_argument(
+            "--keep-alive",
+            type=float,
+            metavar="SECONDS",
+            help="close idle keep-alive connections after this "
+            "(default: DATAPLANE_KEEP_ALIVE_SECONDS, else 75)",
+        )
+        serve.add_argument(
+            "--graceful-timeout",
+            type=float,
+            metavar="SECONDS",
+            help="on SIGTERM, requests in flight may take this long, then their connections "
+            "are closed (default: DATAPLANE_SHUTDOWN_GRACE_SECONDS, else 5)",
+        )
+
     surf = sub.add_parser("surfaces", help="every registered surface and operation")
     surf.add_argument("--json", action="store_true", help="one JSON array, for tooling")
 
@@ -287,6 +344,8 @@ SYNC_COMMANDS = {
     "new-surface": _cmd_new_surface,
 }
 COMMANDS = {
+    "bff": _cmd_bff,
+    "capcom": _cmd_capcom,
     "migrate": _cmd_migrate,
     "jobs": _cmd_jobs,
     "worker": _cmd_worker,

@@ -26,32 +26,40 @@
   log replaced by ours.
   :class:`Exchange` also records ``http.server.request.duration`` for every request,
   to the end of its response, with the route template Quart matched (:func:`_note_route`);
+* :func:`serve_app`: Hypercorn serving an app in this process until SIGTERM, with a
+  bounded grace (``dataplane bff``, ``dataplane capcom``).
+
+Whatever else is installed, :class:`RequireTrio` first makes Hypercorn's connections
+HTTP/1.1 only and closed on time (:mod:`dataplane.http11`).
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
+import importlib
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import h11
 import hypercorn.config
 import hypercorn.logging
 import hypercorn.protocol
+import hypercorn.trio
 import hypercorn.trio.tcp_server as hypercorn_tcp_server
 import sniffio
 import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.protocol.events import StreamClosed
-from hypercorn.protocol.h11 import H11Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -61,6 +69,8 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
+from dataplane.config import setting
+from dataplane.http11 import HTTP11OnlyProtocol, guard_connections
 from dataplane.observability.metrics import instruments
 from dataplane.observability.tracing import context_from, tracer
 
@@ -222,8 +232,9 @@ class _DeferredContinueConnection:
         self.continue_wanted = False
 
 
-class DeferredContinueH11Protocol(H11Protocol):
-    """Hypercorn's HTTP/1.1 protocol, but ``100 Continue`` waits for the app.
+class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
+    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.http11`), but
+    ``100 Continue`` waits for the app.
 
     Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
     request carrying ``Expect: 100-continue``, before the app has even seen it: a
@@ -352,9 +363,11 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
     interleaved, and the write is atomic under Trio), the bytes go to the
     non-blocking socket directly. What it does not take at once (a full send buffer)
     follows by the stock path, under the lock, shielded once a part is out (the stock
-    path is cancellable only before its first byte); a broken connection is handled
-    as the stock path handles it. TLS streams and every other event take the stock
-    path. Measured with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
+    path is cancellable only before its first byte) from all but the connection's end
+    (:func:`~dataplane.http11.send_until_connection_ends` is the stock path here: the
+    end of a shutdown's grace cuts it); a broken connection is handled as the stock
+    path handles it. TLS streams and every other event take the stock path. Measured
+    with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
     """
     stock = _stock_protocol_send
     assert stock is not None
@@ -385,8 +398,12 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
 def lean_socket_send() -> None:
     """Make Hypercorn's trio connections write with :func:`lean_protocol_send`
     (once; later calls do nothing, so a wrapper installed since stays). Left alone
-    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed)."""
+    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed).
+    What it does not write itself goes to the write installed before it, which
+    :func:`~dataplane.http11.guard_connections` (called first) makes one that a
+    shutdown can end."""
     global _stock_protocol_send
+    guard_connections()
     server = getattr(hypercorn_tcp_server, "TCPServer", None)
     current = getattr(server, "protocol_send", None)
     if _stock_protocol_send is not None or server is None or current is None:
@@ -853,6 +870,7 @@ class RequireTrio:
     def __init__(self, inner: QuartTrio, message: str) -> None:
         self.inner = inner
         self.message = message
+        guard_connections()  # HTTP/1.1 only and connections closed on time: always on
         defer_100_continue()
         lean_keep_alive_timer()
         lean_socket_send()
@@ -895,3 +913,56 @@ class RequireTrio:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         raise RuntimeError(self.message)
+
+
+# -- serving in this process: `dataplane bff`, `dataplane capcom` ----------------------------
+
+BFF_BIND = "127.0.0.1:8000"
+CAPCOM_BIND = "127.0.0.1:8001"
+KEEP_ALIVE = 75.0  # seconds an idle keep-alive connection is kept (Hypercorn's default: 5)
+SHUTDOWN_GRACE = 5.0  # seconds requests in flight may take after SIGTERM, then they are cut
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """How ``dataplane bff`` and ``dataplane capcom`` serve (their flags override it)."""
+
+    bff_bind: str = setting("DATAPLANE_BIND", BFF_BIND)
+    capcom_bind: str = setting("CAPCOM_BIND", CAPCOM_BIND)
+    keep_alive_seconds: float = setting("DATAPLANE_KEEP_ALIVE_SECONDS", KEEP_ALIVE, minimum=0)
+    shutdown_grace_seconds: float = setting(
+        "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE, minimum=0
+    )
+
+
+async def serve_app(
+    target: str, *, bind: list[str], keep_alive_seconds: float, shutdown_grace_seconds: float
+) -> None:
+    """Serve the ASGI app ``module:attribute`` with Hypercorn's trio worker in this
+    process, until SIGINT or SIGTERM; then stop taking connections, give the requests
+    in flight ``shutdown_grace_seconds``, close what is left (writes to clients that
+    do not read included), run the app's shutdown and return.
+
+    An exception that escapes the server propagates: the process exits non-zero.
+    (Hypercorn's CLI serves from a worker process and its parent exits 0 whatever
+    ended the worker: ``docs/known-issues.md`` 5.) Bind errors and an app that fails
+    its startup raise too."""
+    module, _, attribute = target.partition(":")
+    app = getattr(importlib.import_module(module), attribute)
+    config = hypercorn.config.Config()
+    config.bind = list(bind)
+    config.keep_alive_timeout = keep_alive_seconds
+    config.graceful_timeout = shutdown_grace_seconds
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:  # before startup: none lost
+
+        async def wait_for_stop() -> None:
+            async for signum in signals:
+                log.info(
+                    "%s: stopping; requests in flight have %g s",
+                    signal.Signals(signum).name,
+                    shutdown_grace_seconds,
+                )
+                return
+
+        await hypercorn.trio.serve(app, config, shutdown_trigger=wait_for_stop)

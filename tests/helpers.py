@@ -179,7 +179,9 @@ async def read_sse(
 
 
 class BffProcess:
-    """A real ``hypercorn -k trio dataplane.app:app`` child process."""
+    """A real ``hypercorn -k trio dataplane.app:app`` child process, or with ``command``
+    (``("-m", "dataplane", "bff")``, ``("-m", "dataplane", "capcom")``) that command of
+    this Python, given ``--bind 127.0.0.1:<port>`` and ``args``."""
 
     def __init__(
         self,
@@ -189,21 +191,19 @@ class BffProcess:
         port: int,
         args: tuple[str, ...] = (),
         app: str = "dataplane.app:app",  # or telemetry.capcom:app, also with /readyz
+        command: tuple[str, ...] | None = None,
     ) -> None:
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._log = open(log_path, "wb")
+        bind = f"127.0.0.1:{port}"
+        if command is None:
+            argv = [sys.executable, "-m", "hypercorn", "-b", bind, *args, app]
+        else:
+            argv = [sys.executable, *command, "--bind", bind, *args]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hypercorn",
-                "-b",
-                f"127.0.0.1:{port}",
-                *args,
-                app,
-            ],
+            argv,
             env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -248,6 +248,21 @@ class BffProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self._log.close()
+
+    def connections(self) -> list[Any]:
+        """The TCP connections of the serving process (and of its children: Hypercorn's
+        CLI serves from a spawned worker), as ``psutil`` reports them."""
+        import psutil
+
+        found = []
+        try:
+            parent = psutil.Process(self.proc.pid)
+            for proc in [parent, *parent.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    found.extend(proc.net_connections(kind="tcp"))
+        except psutil.NoSuchProcess:
+            pass
+        return found
 
 
 def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProcess:

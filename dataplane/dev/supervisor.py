@@ -3,11 +3,12 @@
 Prepares ``./.dataplane/`` (kept between runs; ``--fresh`` starts over): an
 embedded Postgres, the queue DB migrated, the demo client DB created and seeded
 once with its read-only role, and a development JWT secret. Then it runs, as
-separate child processes supervised from one Trio nursery, the BFF (Hypercorn
-``-k trio``), one worker per demo surface plus ``probe``, and the telemetry
-receiver when it is installed. Every child serves Prometheus metrics on a port of its
-own (the BFF and capcom on ``/metrics`` of their HTTP port, each worker on
-``DATAPLANE_METRICS_PORT``), printed with the URLs; ``--otlp URL`` points every child's
+separate child processes supervised from one Trio nursery, the BFF (``dataplane
+bff``: Hypercorn's trio worker in the process), one worker per demo surface plus
+``probe``, and the telemetry receiver (``dataplane capcom``) when it is installed.
+Every child serves Prometheus metrics on a port of its own (the BFF and capcom on
+``/metrics`` of their HTTP port, each worker on ``DATAPLANE_METRICS_PORT``), printed
+with the URLs; ``--otlp URL`` points every child's
 OTLP exporter at one endpoint. A child that dies is logged and restarted with
 backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
 terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
@@ -132,24 +133,10 @@ def _children(
         common["CAPCOM_URL"] = f"http://127.0.0.1:{capcom_port}"
         common["CAPCOM_TOKEN"] = secrets.token_urlsafe(32)
     py = sys.executable
-    children = [
-        Child(
-            "bff",
-            [
-                py,
-                "-m",
-                "hypercorn",
-                "-k",
-                "trio",
-                "-b",
-                f"127.0.0.1:{port}",
-                "--keep-alive",
-                "75",
-                "dataplane.app:app",
-            ],
-            common,
-        )
-    ]
+    # `dataplane bff`/`capcom`: Hypercorn in the process itself (a crash is a non-zero
+    # exit, which Hypercorn's CLI parent would report as 0), keep-alive 75 s, and the
+    # shutdown grace of DATAPLANE_SHUTDOWN_GRACE_SECONDS, within CHILD_STOP_GRACE.
+    children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", f"127.0.0.1:{port}"], common)]
     for surface in _surfaces().values():
         env = {
             **common,
@@ -168,16 +155,7 @@ def _children(
         children.append(
             Child(
                 "capcom",
-                [
-                    py,
-                    "-m",
-                    "hypercorn",
-                    "-k",
-                    "trio",
-                    "-b",
-                    f"127.0.0.1:{capcom_port}",
-                    "telemetry.capcom:app",
-                ],
+                [py, "-m", "dataplane", "capcom", "--bind", f"127.0.0.1:{capcom_port}"],
                 common,
             )
         )

@@ -77,7 +77,7 @@ async def dev(dev_dir: Path) -> AsyncIterator[RunningDev]:
         assert proc.poll() is None, output.read_text()
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [" ".join(p.cmdline()) for p in children]
-        assert any("dataplane.app:app" in c for c in commands), commands  # the BFF
+        assert any(" -m dataplane bff " in c for c in commands), commands  # the BFF
         assert any(c.endswith("dataplane worker") for c in commands), commands
         pidfile = dev_dir / ".dataplane" / "pg" / "postmaster.pid"
         postgres = int(pidfile.read_text().split()[0])
