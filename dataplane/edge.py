@@ -17,8 +17,6 @@
   :func:`cork_next_write`); bytes the socket takes at once leave without a scheduler
   pass (:func:`lean_protocol_send`); and the keep-alive timer restarts without a lock
   or a start handshake (:class:`KeepAliveTimer`);
-* :class:`OneTaskHTTPConnection`: Quart-Trio's HTTP connection running the handler in
-  the request's own task (the app's ``asgi_http_class``);
 * :class:`Exchange`: each request observed — :func:`server_span` routes get an HTTP
   server span ending with the answer's last byte (a stream's end), and every request
   one ``dataplane.access`` log line;
@@ -65,7 +63,6 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from quart import Response, request
 from quart_trio import QuartTrio
-from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import HTTPException
 
@@ -457,25 +454,6 @@ class ContinueRequest(TrioRequest):
         hook = extensions.get(CONTINUE_EXTENSION)
         if callable(hook) and isinstance(self.body, ContinueBody):
             self.body.send_continue = hook
-
-
-class OneTaskHTTPConnection(TrioASGIHTTPConnection):
-    """Quart-Trio's ASGI HTTP connection, the request handled in the app's own task.
-
-    Quart-Trio runs a request as two tasks of a nursery it opens in the task Hypercorn
-    spawned for it: one takes the ASGI messages (the body; on ``http.disconnect`` it
-    cancels the nursery), the other handles the request and sends the answer, then
-    cancels the nursery. The second needs no task of its own: it runs in the nursery's
-    body, which the same cancel reaches (a disconnect cancels the body as it cancelled
-    the child; an error leaves the nursery as the child's did). One task spawn, its
-    first scheduling and its exit fewer per request. Installed as the app's
-    ``asgi_http_class`` (Quart's extension point)."""
-
-    async def __call__(self, receive: Any, send: Any) -> None:
-        request = self._create_request_from_scope(send)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.handle_messages, nursery, request, receive)
-            await self.handle_request(nursery, request, send)
 
 
 # -- closing connections ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.tokens import StreamTokens
 from dataplane.config import from_env
-from dataplane.edge import OneTaskHTTPConnection, RequireTrio, install_error_handlers
+from dataplane.edge import RequireTrio, install_error_handlers
 from dataplane.observability.logs import configure_logging
 from dataplane.observability.otel import setup_telemetry
 from dataplane.runtime import BFF_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
@@ -42,7 +42,6 @@ REQUIRE_TRIO = (
 
 def create_app() -> QuartTrio:
     app = QuartTrio(__name__, static_folder=None)
-    app.asgi_http_class = OneTaskHTTPConnection
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
     app.config["JSON_SORT_KEYS"] = False
