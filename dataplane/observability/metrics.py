@@ -68,7 +68,6 @@ REASON = "dataplane.reason"
 
 # Known label values, for initialise(): every series exists before its first event.
 OUTCOMES = ("done", "error", "failed", "poison", "lost", "released")  # report.Outcome
-ANSWER_STATUSES = ("done", "poison", "cancelled")  # rows whose answer a stream gets
 POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
 CAPCOM_DROP_REASONS = (

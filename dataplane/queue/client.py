@@ -35,12 +35,11 @@ from opentelemetry.context import Context
 from psycopg.rows import DictRow
 
 from dataplane.db import Database, check_channel, q
-from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.observability.tracing import context_from
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
-    Blob,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
@@ -220,18 +219,6 @@ class QueueClient:
         )
         return {row["id"] for row in rows}
 
-    async def complete(self, job: ClaimedJob, result: Any, *, blob: Blob | None = None) -> None:
-        """Finish one held job; raises :class:`LeaseLost` if the claim is no longer ours."""
-        done = await self.complete_many([Completion(job, result, blob)])
-        if job.id not in done:
-            raise LeaseLost(f"job {job.id}: claim {job.dequeue_count} by {job.worker_id} is lost")
-
-    async def complete_error(self, job: ClaimedJob, error: HttpError) -> None:
-        """An expected error: the job is answered with the error payload, never retried."""
-        if not isinstance(error, HttpError):
-            raise InvalidArgument("complete_error takes an HttpError")
-        await self.complete(job, error.to_payload())
-
     async def complete_many(self, completions: Sequence[Completion]) -> set[uuid.UUID]:
         """Finish several held jobs in one statement; returns the ids that committed.
 
@@ -361,14 +348,6 @@ class QueueClient:
         """Live rows by (type, client)."""
         rows = await self.db.fetchall(q("job_live_counts"))
         return {(row["type"], row["client"]): row["n"] for row in rows}
-
-    async def counts(self) -> list[tuple[str, str, int]]:
-        rows = await self.db.fetchall(q("job_counts"))
-        return [(row["type"], row["status"], row["n"]) for row in rows]
-
-    async def get_blob(self, job_id: uuid.UUID | str) -> StoredBlob | None:
-        row = await self.db.fetchone(q("blob_get"), {"job_id": job_uuid(job_id)})
-        return _stored_blob(row, bytes(row["data"])) if row is not None else None
 
     async def invalidate(self, *tags: str) -> None:
         """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""

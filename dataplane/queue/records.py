@@ -95,10 +95,6 @@ class ClaimedJob:
         """Since the row became claimable: the wait a worker could have shortened."""
         return max(0.0, (self.claimed_at - self.ready_at).total_seconds() * 1000.0)
 
-    @property
-    def last_attempt(self) -> bool:
-        return self.dequeue_count >= self.max_dequeues
-
 
 @dataclass(frozen=True, slots=True)
 class Poisoned:
