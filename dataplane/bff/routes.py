@@ -24,7 +24,6 @@ from dataplane.bff import prefer
 from dataplane.bff.jobs import (
     answer,
     bearer,
-    blob_chunks,
     job_target,
     known_answer,
     queue_call,
@@ -66,6 +65,7 @@ from dataplane.observability.tracing import (
     tracer,
 )
 from dataplane.queue import EnqueueResult, JobRow
+from dataplane.queue.blobs import blob_chunks
 from dataplane.surfaces.manifest import Surface
 
 MAX_BODY_BYTES = 64 * 1024
@@ -257,7 +257,7 @@ async def blob(surface_id: str, job_id: str) -> Response:
     if stored is None:
         raise ApiError(404, "no blob for this job (it may have expired)")
     # Streamed from the queue DB a chunk at a time: memory per download stays bounded.
-    resp = Response(blob_chunks(p, stored), mimetype=stored.content_type)
+    resp = Response(blob_chunks(p.queue.db, stored), mimetype=stored.content_type)
     resp.headers["Content-Length"] = str(stored.size)
     ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
     if isinstance(ref, dict) and isinstance(ref.get("filename"), str):

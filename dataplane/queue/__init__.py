@@ -2,7 +2,9 @@
 
 * :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
   channel names;
-* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, blobs, poisoned rows;
+* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, poisoned rows;
+* :mod:`~dataplane.queue.blobs`: the blob path: storage with a completion, chunked
+  reads, expiry;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
   claim, renew, complete, fail, release, readers), fenced where a claimer writes;
@@ -15,11 +17,11 @@
 It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
 """
 
+from dataplane.queue.blobs import Blob, StoredBlob
 from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
 from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
-    Blob,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
@@ -28,7 +30,6 @@ from dataplane.queue.records import (
     JobRow,
     JsonText,
     Poisoned,
-    StoredBlob,
     split_done_notify,
     to_json,
 )

@@ -37,6 +37,7 @@ from psycopg.rows import DictRow
 from dataplane.db import Database, check_channel, q
 from dataplane.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.observability.tracing import context_from
+from dataplane.queue.blobs import StoredBlob, blob_chunk, blob_head, blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
@@ -48,7 +49,6 @@ from dataplane.queue.records import (
     JobRow,
     JsonText,
     Poisoned,
-    StoredBlob,
     done_note,
     job_uuid,
     to_json,
@@ -251,9 +251,7 @@ class QueueClient:
                 "results": results,
                 "completed_ats": completed_ats,
                 "notes": notes,
-                "blob_types": [c.blob.content_type if c.blob else None for c in completions],
-                "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
-                "blob_ttl_seconds": self.config.blob_ttl_seconds,
+                **blob_params([c.blob for c in completions], self.config.blob_ttl_seconds),
             },
             parents=lambda _: [c.trace for c in completions],
         )
@@ -381,20 +379,13 @@ class QueueClient:
 
     async def get_blob_head(self, job_id: uuid.UUID | str) -> StoredBlob | None:
         """The newest unexpired blob of a job *without its bytes* (``data`` is empty):
-        read them with :meth:`get_blob_chunk`, a bounded slice at a time."""
-        row = await self.db.fetchone(q("blob_head"), {"job_id": job_uuid(job_id)})
-        return _stored_blob(row, b"") if row is not None else None
+        read them with :meth:`get_blob_chunk`, a bounded slice at a time
+        (:mod:`dataplane.queue.blobs`)."""
+        return await blob_head(self.db, job_uuid(job_id))
 
     async def get_blob_chunk(self, blob_id: uuid.UUID, offset: int, length: int) -> bytes | None:
         """``length`` bytes of a blob from byte ``offset``; None once it expired or is gone."""
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidArgument(f"offset must be an integer >= 0, got {offset!r}")
-        if not isinstance(length, int) or length < 1:
-            raise InvalidArgument(f"length must be an integer >= 1, got {length!r}")
-        row = await self.db.fetchone(
-            q("blob_chunk"), {"id": blob_id, "offset": offset, "length": length}
-        )
-        return bytes(row["chunk"]) if row is not None else None
+        return await blob_chunk(self.db, blob_id, offset, length)
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""
@@ -415,18 +406,6 @@ def carried(completion: Completion, result: str) -> bool:
     if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
         return False
     return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
-
-
-def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:
-    return StoredBlob(
-        id=row["id"],
-        job_id=row["job_id"],
-        content_type=row["content_type"],
-        data=data,
-        size=row["size"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-    )
 
 
 def _claimed_traces(rows: list[DictRow] | None) -> list[Context | None]:

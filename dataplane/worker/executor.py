@@ -63,6 +63,7 @@ from dataplane.observability.tracing import (
     tracing_on,
 )
 from dataplane.queue import Blob, ClaimedJob, Completion, JsonText, QueueClient, to_json
+from dataplane.queue.blobs import blob_ref
 from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
 from dataplane.worker.cache import SingleFlight, TtlCache
 from dataplane.worker.completer import Completer
@@ -413,10 +414,7 @@ class JobExecutor:
                 tail = _meta_json(cache.value, bool(coalesced))
                 return Completion(job, JsonText('{"data":' + text + "," + tail + "}"))
             blob = Blob("application/json", text.encode())
-        ref: dict[str, Any] = {"contentType": blob.content_type, "size": len(blob.data)}
-        if filename:
-            ref["filename"] = filename
-        return Completion(job, {"blobRef": ref, **meta}, blob)
+        return Completion(job, {"blobRef": blob_ref(blob, filename), **meta}, blob)
 
     async def _finish(self, running: Running, completion: Completion) -> None:
         """Write the outcome; ``finished`` once it landed or the fence refused it.
