@@ -105,28 +105,6 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     return row
 
 
-def known_answer(p: Plane, surface: Surface, target: JobTarget) -> JobRow | None:
-    """The job's finished row as its done notify carried it to the reply pump
-    (:meth:`~dataplane.bff.pump.ReplyPump.answered`), for a caller holding the job's
-    URL token; else None (read the row: :func:`read_job`).
-
-    A URL token is minted by the POST that enqueued the job or attached to it, for
-    that request's owner (client and scope key, which the job's dedupe key includes),
-    and :func:`job_target` has checked it names this job, surface and tier: the owner
-    check the statement would make is the token's. The row must be of the surface's
-    queue type and of the surface, as a read would require."""
-    if target.grant is None:
-        return None
-    row = p.pump.answered(target.job_id)
-    if row is None or row.type != p.queue_type(surface).name:
-        return None
-    if row.payload.get("surface") != surface.id:
-        return None
-    if isinstance(row.result, dict) and "blobRef" in row.result:
-        return None  # its URL is signed for the owner, who is in the row (never carried)
-    return row
-
-
 def traceparent_of(row: JobRow) -> str | None:
     """The W3C traceparent of the job's envelope: the request's (executing) trace."""
     payload = row.payload

@@ -21,11 +21,11 @@ from opentelemetry.trace import SpanKind
 from quart import Blueprint, Response, current_app, request
 
 from dataplane.bff import prefer
+from dataplane.bff.answers import known_answer
 from dataplane.bff.jobs import (
     answer,
     bearer,
     job_target,
-    known_answer,
     queue_call,
     read_job,
     traceparent_of,
