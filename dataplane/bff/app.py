@@ -72,7 +72,7 @@ def create_app() -> QuartTrio:
     @app.before_request
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
-        # here first (rate-limited: see dataplane.bff.auth.JwksKeys).
+        # here first (rate-limited: see dataplane.bff.jwks.JwksKeys).
         if state.plane is not None:
             await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
 
