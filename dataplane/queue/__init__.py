@@ -7,7 +7,8 @@
   reads, expiry;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
-  claim, renew, complete, fail, release, readers), fenced where a claimer writes;
+  claim, renew, complete, fail, release), fenced where a claimer writes;
+* :mod:`~dataplane.queue.readers`: the statements that only read (the client's);
 * :mod:`~dataplane.queue.reaper`, :mod:`~dataplane.queue.maintenance`: maintenance
   passes (retention, lapsed last claims) and their elected schedule;
 * :mod:`~dataplane.queue.growth`: a table that outgrew its statistics is analyzed, so
