@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,12 +15,32 @@ from typing import Any
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
 from dataplane.envelope import Auth, Envelope
-from dataplane.queue import EnqueueResult, QueueClient
+from dataplane.errors import LeaseLost
+from dataplane.queue import Blob, ClaimedJob, Completion, EnqueueResult, QueueClient, StoredBlob
 
 STAFF = Auth(client="acme", user_id="1", actor_email="ops@acme.test", staff=True, branches=("*",))
 NORTH = Auth(
     client="acme", user_id="2", actor_email="n@acme.test", staff=False, branches=("acme-north",)
 )
+
+
+async def complete(
+    queue: QueueClient, job: ClaimedJob, result: Any, *, blob: Blob | None = None
+) -> None:
+    """Finish one held job (:meth:`QueueClient.complete_many` of one); raises
+    :class:`LeaseLost` if the claim is no longer ours."""
+    done = await queue.complete_many([Completion(job, result, blob)])
+    if job.id not in done:
+        raise LeaseLost(f"job {job.id}: claim {job.dequeue_count} by {job.worker_id} is lost")
+
+
+async def read_blob(queue: QueueClient, job_id: Any) -> StoredBlob | None:
+    """The newest unexpired blob of a job with its bytes (its head, then one chunk)."""
+    head = await queue.get_blob_head(job_id)
+    if head is None:
+        return None
+    data = await queue.get_blob_chunk(head.id, 0, head.size) if head.size else b""
+    return dataclasses.replace(head, data=data or b"")
 
 
 def envelope(

@@ -1,7 +1,8 @@
 """The surface BFF: ``hypercorn -k trio dataplane.app:app``.
 
 :func:`create_app` builds the Quart-Trio app: the routes of
-:mod:`dataplane.bff.routes`, the shared error handling of :mod:`dataplane.edge`,
+:mod:`dataplane.bff.routes` and :mod:`dataplane.bff.site`, the shared error handling
+of :mod:`dataplane.edge`,
 and a lifespan that reads :class:`~dataplane.bff.config.BffConfig` and starts the
 plane (:func:`~dataplane.bff.plane.serve_plane`) in a task of the app's nursery:
 the pump has executed LISTEN before the server accepts streams (or, with the DB
@@ -23,6 +24,7 @@ from dataplane.bff.config import BffConfig
 from dataplane.bff.invalidate import invalidation
 from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
+from dataplane.bff.site import site
 from dataplane.bff.tokens import StreamTokens
 from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers
@@ -49,6 +51,7 @@ def create_app() -> QuartTrio:
     app.extensions["dataplane"] = state  # the plane, for operators' tools and tests
     install_error_handlers(app, max_body_bytes=MAX_BODY_BYTES)
     app.register_blueprint(routes)
+    app.register_blueprint(site)
     app.register_blueprint(invalidation)
 
     @app.before_serving
@@ -71,7 +74,7 @@ def create_app() -> QuartTrio:
     @app.before_request
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
-        # here first (rate-limited: see dataplane.bff.auth.JwksKeys).
+        # here first (rate-limited: see dataplane.bff.jwks.JwksKeys).
         if state.plane is not None:
             await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
 

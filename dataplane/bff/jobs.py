@@ -9,7 +9,7 @@ from the bearer JWT.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -24,12 +24,10 @@ from dataplane.edge import ApiError, note
 from dataplane.envelope import Auth
 from dataplane.errors import DatabaseUnavailable
 from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
-from dataplane.queue import JobRow, StoredBlob
+from dataplane.queue import JobRow
 from dataplane.surfaces.manifest import Surface
 
 T = TypeVar("T")
-
-BLOB_CHUNK_BYTES = 512 * 1024  # bytes of a blob read (and held) at a time per download
 
 
 def bearer(p: Plane) -> Auth:
@@ -107,79 +105,11 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     return row
 
 
-def known_answer(p: Plane, surface: Surface, target: JobTarget) -> JobRow | None:
-    """The job's finished row as its done notify carried it to the reply pump
-    (:meth:`~dataplane.bff.pump.ReplyPump.answered`), for a caller holding the job's
-    URL token; else None (read the row: :func:`read_job`).
-
-    A URL token is minted by the POST that enqueued the job or attached to it, for
-    that request's owner (client and scope key, which the job's dedupe key includes),
-    and :func:`job_target` has checked it names this job, surface and tier: the owner
-    check the statement would make is the token's. The row must be of the surface's
-    queue type and of the surface, as a read would require."""
-    if target.grant is None:
-        return None
-    row = p.pump.answered(target.job_id)
-    if row is None or row.type != p.queue_type(surface).name:
-        return None
-    if row.payload.get("surface") != surface.id:
-        return None
-    if isinstance(row.result, dict) and "blobRef" in row.result:
-        return None  # its URL is signed for the owner, who is in the row (never carried)
-    return row
-
-
 def traceparent_of(row: JobRow) -> str | None:
     """The W3C traceparent of the job's envelope: the request's (executing) trace."""
     payload = row.payload
     value = payload.get("traceparent") if isinstance(payload, dict) else None
     return value if isinstance(value, str) else None
-
-
-async def blob_chunks(p: Plane, blob: StoredBlob) -> AsyncIterator[bytes]:
-    """A blob's bytes, read from the queue DB ``BLOB_CHUNK_BYTES`` at a time.
-
-    At most one chunk per download is in memory. A blob that expires (or a queue DB
-    that fails) mid-download ends the body early: the client sees fewer bytes than
-    ``Content-Length`` announced, never wrong ones."""
-    offset = 0
-    while offset < blob.size:
-        length = min(BLOB_CHUNK_BYTES, blob.size - offset)
-        chunk = await p.queue.get_blob_chunk(blob.id, offset, length)
-        if not chunk:
-            raise BlobVanished(f"blob {blob.id} is gone after {offset} of {blob.size} bytes")
-        _blob_counters.chunks += 1
-        _blob_counters.bytes += len(chunk)
-        _blob_counters.largest_chunk = max(_blob_counters.largest_chunk, len(chunk))
-        offset += len(chunk)
-        yield chunk
-
-
-class BlobVanished(RuntimeError):
-    """A blob expired or was deleted while it was being sent."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlobStatistics:
-    """Blob bytes this process has read from the queue DB, and in how many chunks."""
-
-    chunks: int
-    bytes: int
-    largest_chunk: int
-
-
-@dataclass
-class _BlobCounters:
-    chunks: int = 0
-    bytes: int = 0
-    largest_chunk: int = 0
-
-
-_blob_counters = _BlobCounters()
-
-
-def blob_statistics() -> BlobStatistics:
-    return BlobStatistics(_blob_counters.chunks, _blob_counters.bytes, _blob_counters.largest_chunk)
 
 
 def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:

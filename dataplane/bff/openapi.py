@@ -110,9 +110,18 @@ def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
 
 def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
     """The four routes of one surface: enqueue, poll, stream, blob."""
-    paths: dict[str, Any] = {}
     base = f"/api/{sid}/q"
-    paths[base] = {
+    return {
+        base: _enqueue_path(sid, surface),
+        base + "/{jobId}": _job_path(sid),
+        base + "/{jobId}/stream": _stream_path(sid),
+        base + "/{jobId}/blob": _blob_path(sid),
+    }
+
+
+def _enqueue_path(sid: str, surface: Surface) -> dict[str, Any]:
+    """The enqueue route: POST a query (Prefer: wait)."""
+    path: dict[str, Any] = {
         "post": {
             "operationId": f"{sid}_enqueue",
             "summary": f"Enqueue a {sid} query",
@@ -158,7 +167,12 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
             },
         }
     }
-    paths[base + "/{jobId}"] = {
+    return path
+
+
+def _job_path(sid: str) -> dict[str, Any]:
+    """A job's route: poll it (GET), cancel it (DELETE)."""
+    path: dict[str, Any] = {
         "get": {
             "operationId": f"{sid}_poll",
             "summary": "Poll a job",
@@ -202,7 +216,12 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
             },
         },
     }
-    paths[base + "/{jobId}/stream"] = {
+    return path
+
+
+def _stream_path(sid: str) -> dict[str, Any]:
+    """A job's event stream."""
+    path: dict[str, Any] = {
         "get": {
             "operationId": f"{sid}_stream",
             "summary": "Server-Sent Events: queued, then done or error (TIMEOUT, POISON)",
@@ -226,7 +245,12 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
             },
         }
     }
-    paths[base + "/{jobId}/blob"] = {
+    return path
+
+
+def _blob_path(sid: str) -> dict[str, Any]:
+    """A job's result blob."""
+    path: dict[str, Any] = {
         "get": {
             "operationId": f"{sid}_blob",
             "summary": "The job's result blob",
@@ -241,7 +265,7 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
             },
         }
     }
-    return paths
+    return path
 
 
 FIXED_PATHS: dict[str, Any] = {}

@@ -21,19 +21,14 @@ on every served surface's done channel, and a waiter map job id -> waiters.
   check, so a job that finishes in between is never missed (the
   done-before-LISTEN race), and discarded (:meth:`ReplyPump.discard`) when its
   stream ends. Discarding a waiter (a browser went away) touches nothing else.
-* The pump remembers the job ids of its last ``recent_notifies`` notifies, so a
-  caller that read :meth:`ReplyPump.heard` before its job could finish can ask
+* The pump remembers its last ``recent_notifies`` notifies and the answers they
+  carried (:class:`~dataplane.bff.answers.RecentNotifies`), so a caller that read
+  :meth:`ReplyPump.heard` before its job could finish can ask
   :meth:`ReplyPump.may_have_missed` whether that job's notify went by before its
-  waiter was added: only then is the row check needed. Under load, other jobs'
-  notifies no longer cost every ``Prefer: wait`` POST a row read.
-* With them it keeps the answers those notifies carried (:meth:`ReplyPump.answered`):
-  a stream or a poll that comes for a job after its answer went by is answered from
-  it, without reading the row (a finished row never changes). Under load, most
-  streams open after their job has finished. An answer is served from memory only
-  within :data:`ANSWER_MAX_AGE` of its completion, and none heard before a row of
-  the queue was deleted (``maestro_queues``' delete trigger notifies
-  :data:`~dataplane.queue.ROWS_DELETED_CHANNEL`): a row an operator deleted is not
-  answered from memory.
+  waiter was added (only then is the row check needed: under load, other jobs'
+  notifies no longer cost every ``Prefer: wait`` POST a row read), and a stream or a
+  poll that comes after its job's answer went by is answered from it
+  (:meth:`ReplyPump.answered`, within bounds of age and deletions), without a read.
 """
 
 from __future__ import annotations
@@ -41,14 +36,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import trio
 from opentelemetry.trace import SpanKind
 
+from dataplane.bff.answers import RECENT_NOTIFIES, RecentNotifies
 from dataplane.bff.config import SWEEP_SECONDS
 from dataplane.db import Gap, Listener, Notification
 from dataplane.db.listener import LISTEN_PING_TIMEOUT, LISTEN_RECONNECT_DELAYS
@@ -66,10 +60,6 @@ from dataplane.queue import (
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000  # job ids per statement
-# The last notifies remembered (may_have_missed), with the answers they carried
-# (answered): an answer rides only up to DONE_NOTIFY_INLINE_MAX bytes, so a few MB.
-RECENT_NOTIFIES = 4096
-ANSWER_MAX_AGE = 60.0  # seconds after its completion a remembered answer is served
 REJECTED_LOG_SECONDS = 60.0  # rejected notifies are logged at most once per this
 
 
@@ -157,12 +147,7 @@ class ReplyPump:
         track_waiters(self)
         self._sweep_now = trio.Event()
         self._counters = _Counters()
-        # job id -> the number of its latest notify (1-based) and the answer it carried
-        # (sealed, not opened) or None; oldest first, bounded
-        self._recent: OrderedDict[uuid.UUID, tuple[int, str | None]] = OrderedDict()
-        self._recent_max = max(1, recent_notifies)
-        self._forgotten = 0  # the number of the newest notify dropped from _recent
-        self._deleted_at = 0  # the number of the last notify heard before a deletion
+        self.recent = RecentNotifies(recent_notifies)
         self._ended = False  # run() has ended: new waiters are abandoned at once
         self._rejected_logged = -REJECTED_LOG_SECONDS
 
@@ -227,27 +212,14 @@ class ReplyPump:
             return True
         if c.notifies == since.notifies:
             return False
-        if self._forgotten > since.notifies:  # some of those notifies are forgotten
-            return True
-        return job_id in self._recent
+        return self.recent.missed_since(job_id, since.notifies)
 
     def answered(self, job_id: uuid.UUID) -> JobRow | None:
         """The finished row of ``job_id`` when one of the notifies still remembered
-        carried its answer, it opens, it completed within :data:`ANSWER_MAX_AGE` and no
-        queue row was deleted since it was heard; else None: then read the row. The
-        row's owner is not in it (:meth:`JobRow.from_done_note`): the caller knows the
-        caller may see the job by other means (a URL token minted for it)."""
-        entry = self._recent.get(job_id)
-        if entry is None or entry[1] is None or entry[0] <= self._deleted_at:
-            return None
-        row = self._open(job_id, entry[1])
-        if row is None:
-            self._recent[job_id] = (entry[0], None)  # counted once
-            return None
-        assert row.completed_at is not None
-        if (datetime.now(UTC) - row.completed_at).total_seconds() > ANSWER_MAX_AGE:
-            return None
-        return row
+        carried its answer (:meth:`RecentNotifies.answered`); else None: then read the
+        row. The row's owner is not in it (:meth:`JobRow.from_done_note`): the caller
+        knows the caller may see the job by other means (a URL token minted for it)."""
+        return self.recent.answered(job_id, self._open)
 
     def _open(self, job_id: uuid.UUID, sealed: str) -> JobRow | None:
         """The row a carried answer holds, if it opens with the notify secret and its
@@ -276,13 +248,6 @@ class ReplyPump:
                 what,
                 self._counters.rejected,
             )
-
-    def _remember(self, job_id: uuid.UUID, carried: str | None) -> None:
-        recent = self._recent
-        recent[job_id] = (self._counters.notifies, carried)
-        recent.move_to_end(job_id)
-        while len(recent) > self._recent_max:
-            self._forgotten = recent.popitem(last=False)[1][0]
 
     def statistics(self) -> PumpStatistics:
         c = self._counters
@@ -321,7 +286,7 @@ class ReplyPump:
                     self._counters.gaps += 1
                     self._sweep_now.set()
                 elif event.channel == ROWS_DELETED_CHANNEL:
-                    self._deleted_at = self._counters.notifies  # forget what was heard
+                    self.recent.rows_deleted(self._counters.notifies)  # not served now
                 else:
                     try:
                         self._take(event, wanted)
@@ -340,7 +305,7 @@ class ReplyPump:
         except ValueError:
             self._reject(f"a notify on {event.channel} that names no job")
             return
-        self._remember(job_id, sealed)
+        self.recent.remember(self._counters.notifies, job_id, sealed)
         if job_id not in self._waiters:
             return
         wanted.add(job_id)  # unless its answer opens

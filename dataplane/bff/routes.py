@@ -5,7 +5,9 @@
     GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
     GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live
     GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
-    GET  /healthz  /readyz  /openapi.json  /metrics  /  /static/<name>
+
+The routes around the plane (health, readiness, metrics, the demo page, the OpenAPI
+document) are :mod:`dataplane.bff.site`'s.
 
 Errors are ``{"error": {"status", "code", "message"}}`` (:mod:`dataplane.edge`).
 """
@@ -13,51 +15,42 @@ Errors are ``{"error": {"status", "code", "message"}}`` (:mod:`dataplane.edge`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import trio
 from opentelemetry.trace import SpanKind
 from quart import Blueprint, Response, current_app, request
 
 from dataplane.bff import prefer
+from dataplane.bff.answers import known_answer
 from dataplane.bff.jobs import (
     answer,
     bearer,
-    blob_chunks,
     job_target,
-    known_answer,
     queue_call,
     read_job,
     traceparent_of,
 )
-from dataplane.bff.openapi import openapi_document
 from dataplane.bff.plane import BffState, Plane
 from dataplane.bff.pump import Waiter
 from dataplane.bff.sse import EVENT_FINAL, EVENT_QUEUED, job_events
 from dataplane.bff.tokens import StreamGrant, requester_of
 from dataplane.bff.urls import poll_url, stream_url
-from dataplane.db import q
 from dataplane.edge import (
     ApiError,
     cork_next_write,
     current_exchange,
     json_response,
     note,
-    prometheus_response,
-    require_bearer,
     server_span,
 )
 from dataplane.envelope import Envelope
 from dataplane.errors import (
-    DatabaseError,
     DatabaseUnavailable,
     HttpError,
     InvalidArgument,
     QueueFull,
 )
 from dataplane.observability.metrics import OPERATION, QUEUE_TYPE, instruments
-from dataplane.observability.otel import prometheus_text
 from dataplane.observability.tracing import (
     context_from,
     current_traceparent,
@@ -66,20 +59,13 @@ from dataplane.observability.tracing import (
     tracer,
 )
 from dataplane.queue import EnqueueResult, JobRow
+from dataplane.queue.blobs import blob_chunks
 from dataplane.surfaces.manifest import Surface
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 32  # nesting levels a request body may have
-READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
 RETRY_AFTER_SECONDS = 1
 BACKPRESSURE_RETRY_AFTER = 5  # seconds a refused POST is told to wait
-STATIC = Path(__file__).resolve().parent / "static"
-STATIC_TYPES = {
-    ".js": "text/javascript; charset=utf-8",
-    ".ts": "text/plain; charset=utf-8",
-    ".html": "text/html; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-}
 
 routes = Blueprint("dataplane", __name__)
 
@@ -95,11 +81,6 @@ def plane() -> Plane:
     if s.plane is None:
         raise ApiError(503, s.why, "NOT_CONFIGURED")
     return s.plane
-
-
-def probe_enabled() -> bool:
-    config = state().config
-    return config is not None and config.surfaces.probe_enabled
 
 
 def surface_of(p: Plane, surface_id: str) -> Surface:
@@ -257,7 +238,7 @@ async def blob(surface_id: str, job_id: str) -> Response:
     if stored is None:
         raise ApiError(404, "no blob for this job (it may have expired)")
     # Streamed from the queue DB a chunk at a time: memory per download stays bounded.
-    resp = Response(blob_chunks(p, stored), mimetype=stored.content_type)
+    resp = Response(blob_chunks(p.queue.db, stored), mimetype=stored.content_type)
     resp.headers["Content-Length"] = str(stored.size)
     ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
     if isinstance(ref, dict) and isinstance(ref.get("filename"), str):
@@ -314,100 +295,7 @@ def link_job(row: JobRow) -> None:
             span.add_link(link.context, {"dataplane.link": "job"})
 
 
-# -- around the plane -----------------------------------------------------------
-
-
-@routes.get("/metrics")
-async def prometheus_metrics() -> Response:
-    config = state().config
-    require_bearer(config.metrics_token if config else None, "DATAPLANE_METRICS_TOKEN")
-    telemetry = state().telemetry
-    if telemetry is None or not telemetry.prometheus:
-        raise ApiError(404, "metrics are served only with DATAPLANE_METRICS=1")
-    return prometheus_response(prometheus_text())
-
-
-@routes.get("/healthz")
-async def healthz() -> Response:
-    """Alive: 200, unless the plane keeps failing and is down (503 with the reason:
-    restarting the process may help)."""
-    s = state()
-    if not s.healthy:
-        return json_response({"status": "failing", "reason": s.why}, 503)
-    return json_response({"status": "ok"})
-
-
-@routes.get("/readyz")
-async def readyz() -> Response:
-    """Ready: the plane serves, its pump listens, the queue DB answers; else 503 with
-    the checks and, when the plane is down, why."""
-    s = state()
-    current = s.plane
-    checks: dict[str, Any] = {"configured": current is not None}
-    if current is not None:
-        checks["listening"] = current.pump.listening
-        try:
-            await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
-            checks["queueDb"] = True
-        except DatabaseError:
-            checks["queueDb"] = False
-    ok = all(checks.values()) and current is not None
-    body: dict[str, Any] = {"status": "ready" if ok else "not ready", "checks": checks}
-    if current is None:
-        body["reason"] = s.why
-    return json_response(body, 200 if ok else 503)
-
-
-@routes.get("/")
-async def demo_page() -> Response:
-    if not probe_enabled():
-        raise ApiError(404, "the demo page is served only with DATAPLANE_PROBE=1")
-    return await static_response("index.html")
-
-
-@routes.get("/static/<name>")
-async def static_file(name: str) -> Response:
-    return await static_response(name)
-
-
-@routes.get("/openapi.json")
-async def openapi() -> Response:
-    config = state().config
-    surfaces = config.surfaces.registry().surfaces if config is not None else {}
-    return json_response(openapi_document(surfaces))
-
-
 # -- request helpers --------------------------------------------------------------
-
-
-def _static_files() -> dict[str, Path]:
-    """The files ``/static/<name>`` may serve: by name, those of ``bff/static`` (flat, no
-    dot-files) of a type in ``STATIC_TYPES``. Listed once: a request's name is looked up,
-    never joined to a path, so no name (NUL, too long, not UTF-8, ``..``) reaches the
-    file system."""
-    return {
-        path.name: path
-        for path in STATIC.iterdir()
-        if path.is_file() and not path.name.startswith(".") and path.suffix in STATIC_TYPES
-    }
-
-
-STATIC_FILES = _static_files()
-
-
-async def static_response(name: str) -> Response:
-    """A file of ``bff/static`` (see :func:`_static_files`); 404 for any other name."""
-    path = STATIC_FILES.get(name)
-    if path is None:
-        raise ApiError(404, "no such file")
-    try:
-        data = await trio.Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ApiError(404, "no such file") from None
-    resp = Response(data, mimetype=STATIC_TYPES[path.suffix].split(";")[0])
-    resp.headers["Content-Type"] = STATIC_TYPES[path.suffix]
-    resp.headers["Cache-Control"] = "no-cache"
-    return resp
 
 
 async def json_body() -> Any:

@@ -18,20 +18,36 @@ Two rules keep Prometheus' ``increase()`` and ``rate()`` honest:
   outcomes, reasons), so each series exists, at zero, before its first event;
 * **state is observed, not counted**: queue depth, LISTEN and pool gauges are
   observable instruments reading the current state at collection time
-  (:func:`track_listener`, :func:`track_pool`, :func:`publish_queue_sample`).
+  (:func:`track_listener`, :func:`track_pool`, :func:`publish_queue_sample`, all in
+  :mod:`dataplane.observability.observed`).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Observation
+from opentelemetry.metrics import Counter, Histogram, Meter
+
+# The observed state, its trackers and the queue sample live in their own module;
+# they are imported from here too (``as``: re-exported).
+from dataplane.observability.observed import QUEUE_TYPE as QUEUE_TYPE
+from dataplane.observability.observed import current_queue_sample as current_queue_sample
+from dataplane.observability.observed import (
+    observe_depth,
+    observe_listeners,
+    observe_oldest,
+    observe_pool_connections,
+    observe_pool_pending,
+    observe_waiters,
+)
+from dataplane.observability.observed import publish_queue_sample as publish_queue_sample
+from dataplane.observability.observed import track_listener as track_listener
+from dataplane.observability.observed import track_pool as track_pool
+from dataplane.observability.observed import track_waiters as track_waiters
+from dataplane.observability.observed import withdraw_queue_sample as withdraw_queue_sample
 
 METER = "dataplane"
 # Seconds, fine enough for the sub-millisecond and single-digit-millisecond figures we
@@ -60,15 +76,14 @@ SECONDS_BUCKETS = [
 ]
 MESSAGING_SYSTEM = "postgresql"
 
-# Attribute keys (the span attributes' keys: a trace and a metric say the same thing).
-QUEUE_TYPE = "messaging.destination.name"
+# Attribute keys (the span attributes' keys: a trace and a metric say the same thing);
+# QUEUE_TYPE, "messaging.destination.name", comes from observed (its gauges carry it).
 OPERATION = "dataplane.operation"
 OUTCOME = "dataplane.outcome"
 REASON = "dataplane.reason"
 
 # Known label values, for initialise(): every series exists before its first event.
 OUTCOMES = ("done", "error", "failed", "poison", "lost", "released")  # report.Outcome
-ANSWER_STATUSES = ("done", "poison", "cancelled")  # rows whose answer a stream gets
 POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
 CAPCOM_DROP_REASONS = (
@@ -85,90 +100,107 @@ QUEUE_STATES = ("ready", "backing_off", "running", "lease_lapsed", "poison")
 
 
 class Instruments:
+    """Every instrument, by process: the worker's, the BFF's, the telemetry
+    receiver's, and the gauges of observed state (created with the instruments)."""
+
     def __init__(self) -> None:
         meter = metrics.get_meter(METER)
         self._meter = meter
+        self._worker(meter)
+        self._bff(meter)
+        self.capcom_received = _counter(
+            meter,
+            "dataplane.capcom.received",
+            "{report}",
+            "Job reports written to worker_runs (telemetry receiver)",
+        )
+        _observed_gauges(meter)
 
-        def histogram(name: str, description: str) -> Histogram:
-            return meter.create_histogram(
-                name,
-                unit="s",
-                description=description,
-                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
-            )
-
-        def counter(name: str, unit: str, description: str) -> Counter:
-            return meter.create_counter(name, unit=unit, description=description)
-
-        # -- worker ---------------------------------------------------------------
-        self.process_duration = histogram(
+    def _worker(self, meter: Meter) -> None:
+        self.process_duration = _histogram(
+            meter,
             "messaging.process.duration",
             "Claim to completion of one attempt of a job (worker); error.type on failure",
         )
-        self.queue_wait = histogram(
+        self.queue_wait = _histogram(
+            meter,
             "dataplane.queue.wait",
             "From when a job became claimable (enqueue, end of a retry backoff, lapsed "
             "lease) to its claim (worker)",
         )
-        self.queue_wait_since_enqueue = histogram(
+        self.queue_wait_since_enqueue = _histogram(
+            meter,
             "dataplane.queue.wait_since_enqueue",
             "From enqueue to claim, retry backoffs and earlier attempts included (worker)",
         )
-        self.jobs = counter("dataplane.jobs", "{job}", "Finished attempts by outcome (worker)")
-        self.cache_hits = counter(
-            "dataplane.cache_hits", "{job}", "Jobs answered from the TTL cache (worker)"
+        self.jobs = _counter(
+            meter, "dataplane.jobs", "{job}", "Finished attempts by outcome (worker)"
         )
-        self.poison = counter(
+        self.cache_hits = _counter(
+            meter, "dataplane.cache_hits", "{job}", "Jobs answered from the TTL cache (worker)"
+        )
+        self.poison = _counter(
+            meter,
             "dataplane.poison",
             "{job}",
             "Jobs parked as poison: failed at the dequeue cutoff (worker) or with the lease "
             "of their last attempt lapsed (the next claim of their type, or maintenance)",
         )
-        self.lease_lost = counter(
+        self.lease_lost = _counter(
+            meter,
             "dataplane.lease.lost",
             "{job}",
             "Running claims a lease renewal found lost (execution cancelled) (worker)",
         )
-        self.fenced = counter(
+        self.fenced = _counter(
+            meter,
             "dataplane.completion.fenced",
             "{job}",
             "Completions and failures the fence refused: the claim was lost (worker)",
         )
-        self.capcom_dropped = counter(
+        self.capcom_dropped = _counter(
+            meter,
             "dataplane.capcom.dropped",
             "{report}",
             "Job reports the capcom sender dropped, by reason (worker)",
         )
-        # -- BFF --------------------------------------------------------------------
-        self.http_duration = histogram(
+
+    def _bff(self, meter: Meter) -> None:
+        self.http_duration = _histogram(
+            meter,
             "http.server.request.duration",
             "HTTP requests served, to the end of the response (BFF, capcom)",
         )
-        self.end_to_end = histogram(
+        self.end_to_end = _histogram(
+            meter,
             "dataplane.end_to_end",
             "Enqueue to the answer handed to a waiting stream (BFF)",
         )
-        self.enqueued = counter("dataplane.enqueued", "{request}", "Accepted POSTs (BFF)")
-        self.coalesced = counter(
+        self.enqueued = _counter(meter, "dataplane.enqueued", "{request}", "Accepted POSTs (BFF)")
+        self.coalesced = _counter(
+            meter,
             "dataplane.coalesced",
             "{request}",
             "Requests answered by another's execution, by layer (BFF: transport, worker: "
             "single_flight)",
         )
-        self.refused = counter(
+        self.refused = _counter(
+            meter,
             "dataplane.enqueue.refused",
             "{request}",
             "POSTs refused by backpressure, by scope (type: 503, client: 429) (BFF)",
         )
-        self.cancelled = counter(
-            "dataplane.cancelled", "{job}", "Jobs cancelled by their requesters (BFF)"
+        self.cancelled = _counter(
+            meter, "dataplane.cancelled", "{job}", "Jobs cancelled by their requesters (BFF)"
         )
-        self.stream_timeouts = counter(
+        self.stream_timeouts = _counter(
+            meter,
             "dataplane.stream.timeouts",
             "{stream}",
             "Streams ended by the stream deadline with event: error TIMEOUT (BFF)",
         )
-        self.notify_rejected = counter(
+        self.notify_rejected = _counter(
+            meter,
             "dataplane.notify.rejected",
             "{notify}",
             "Done notifies the reply pump did not believe: a carried answer that did not "
@@ -177,49 +209,59 @@ class Instruments:
         )
         meter.create_observable_up_down_counter(  # read when collected: free per request
             "dataplane.waiters",
-            callbacks=[_observe_waiters],
+            callbacks=[observe_waiters],
             unit="{stream}",
             description="Streams waiting for an answer (BFF)",
         )
-        # -- telemetry receiver -------------------------------------------------------
-        self.capcom_received = counter(
-            "dataplane.capcom.received",
-            "{report}",
-            "Job reports written to worker_runs (telemetry receiver)",
-        )
-        # -- observed state ---------------------------------------------------------------
-        meter.create_observable_gauge(
-            "dataplane.queue.depth",
-            callbacks=[_observe_depth],
-            unit="{job}",
-            description="Rows by queue type and state (ready, backing_off, running, "
-            "lease_lapsed, poison), sampled by one elected worker",
-        )
-        meter.create_observable_gauge(
-            "dataplane.queue.oldest_ready_age",
-            callbacks=[_observe_oldest],
-            unit="s",
-            description="Age of the oldest claimable row since it became claimable, by queue "
-            "type (0: none), sampled by one elected worker",
-        )
-        meter.create_observable_gauge(
-            "dataplane.listen.connected",
-            callbacks=[_observe_listeners],
-            unit="1",
-            description="1 while the process's LISTEN connection is up, 0 while it is down",
-        )
-        meter.create_observable_gauge(
-            "dataplane.db.pool.connections",
-            callbacks=[_observe_pool_connections],
-            unit="{connection}",
-            description="Pooled connections by state (used, idle)",
-        )
-        meter.create_observable_gauge(
-            "db.client.connection.pending_requests",
-            callbacks=[_observe_pool_pending],
-            unit="{request}",
-            description="Callers waiting for a free pooled connection",
-        )
+
+
+def _observed_gauges(meter: Meter) -> None:
+    """The gauges of observed state (:mod:`dataplane.observability.observed`)."""
+    meter.create_observable_gauge(
+        "dataplane.queue.depth",
+        callbacks=[observe_depth],
+        unit="{job}",
+        description="Rows by queue type and state (ready, backing_off, running, "
+        "lease_lapsed, poison), sampled by one elected worker",
+    )
+    meter.create_observable_gauge(
+        "dataplane.queue.oldest_ready_age",
+        callbacks=[observe_oldest],
+        unit="s",
+        description="Age of the oldest claimable row since it became claimable, by queue "
+        "type (0: none), sampled by one elected worker",
+    )
+    meter.create_observable_gauge(
+        "dataplane.listen.connected",
+        callbacks=[observe_listeners],
+        unit="1",
+        description="1 while the process's LISTEN connection is up, 0 while it is down",
+    )
+    meter.create_observable_gauge(
+        "dataplane.db.pool.connections",
+        callbacks=[observe_pool_connections],
+        unit="{connection}",
+        description="Pooled connections by state (used, idle)",
+    )
+    meter.create_observable_gauge(
+        "db.client.connection.pending_requests",
+        callbacks=[observe_pool_pending],
+        unit="{request}",
+        description="Callers waiting for a free pooled connection",
+    )
+
+
+def _histogram(meter: Meter, name: str, description: str) -> Histogram:
+    return meter.create_histogram(
+        name,
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+    )
+
+
+def _counter(meter: Meter, name: str, unit: str, description: str) -> Counter:
+    return meter.create_counter(name, unit=unit, description=description)
 
 
 def metrics_on() -> bool:
@@ -301,145 +343,3 @@ def initialise(
         m.notify_rejected.add(0)
     else:
         m.capcom_received.add(0)
-
-
-# -- observed state -------------------------------------------------------------------
-
-_lock = threading.Lock()  # the exporter may collect from another thread
-
-
-class _Connected(Protocol):
-    connected: bool
-
-
-class _Waiting(Protocol):
-    waiting: int
-
-
-class _Pool(Protocol):
-    def statistics(self) -> Any: ...  # .in_use, .idle, .waiting
-
-
-# id -> (weak reference, name): the tracked objects need not be hashable (dataclasses)
-_listeners: dict[int, tuple[weakref.ref[Any], str]] = {}
-_pools: dict[int, tuple[weakref.ref[Any], str]] = {}
-_pumps: dict[int, tuple[weakref.ref[Any], str]] = {}
-
-
-def _track(registry: dict[int, tuple[weakref.ref[Any], str]], obj: object, name: str) -> None:
-    key = id(obj)
-
-    def forget(_: object) -> None:
-        with _lock:
-            registry.pop(key, None)
-
-    with _lock:
-        registry[key] = (weakref.ref(obj, forget), name)
-
-
-def _live(registry: dict[int, tuple[weakref.ref[Any], str]]) -> list[tuple[Any, str]]:
-    with _lock:
-        entries = list(registry.values())
-    return [(obj, name) for ref, name in entries if (obj := ref()) is not None]
-
-
-def track_listener(listener: _Connected, name: str) -> None:
-    """Report ``listener.connected`` as ``dataplane.listen.connected{dataplane.listener=name}``
-    while it lives (several of one name: 0 if any is down)."""
-    _track(_listeners, listener, name)
-
-
-def track_pool(pool: _Pool, name: str) -> None:
-    """Report ``pool.statistics()`` (``in_use``, ``idle``, ``waiting``) while it lives."""
-    _track(_pools, pool, name)
-
-
-def track_waiters(pump: _Waiting) -> None:
-    """Report ``pump.waiting`` (summed over live pumps) as ``dataplane.waiters``."""
-    _track(_pumps, pump, "pump")
-
-
-def _observe_waiters(_: CallbackOptions) -> Iterable[Observation]:
-    pumps = _live(_pumps)
-    return [Observation(sum(p.waiting for p, _ in pumps))] if pumps else []
-
-
-def _observe_listeners(_: CallbackOptions) -> Iterable[Observation]:
-    up: dict[str, int] = {}
-    for listener, name in _live(_listeners):
-        up[name] = min(up.get(name, 1), 1 if listener.connected else 0)
-    return [Observation(v, {"dataplane.listener": k}) for k, v in up.items()]
-
-
-def _pool_totals() -> dict[str, tuple[int, int, int]]:
-    totals: dict[str, tuple[int, int, int]] = {}
-    for pool, name in _live(_pools):
-        s = pool.statistics()
-        used, idle, waiting = totals.get(name, (0, 0, 0))
-        totals[name] = (used + s.in_use, idle + s.idle, waiting + s.waiting)
-    return totals
-
-
-def _observe_pool_connections(_: CallbackOptions) -> Iterable[Observation]:
-    out = []
-    for name, (used, idle, _waiting) in _pool_totals().items():
-        pool = {"db.client.connection.pool.name": name}
-        out.append(Observation(used, {**pool, "db.client.connection.state": "used"}))
-        out.append(Observation(idle, {**pool, "db.client.connection.state": "idle"}))
-    return out
-
-
-def _observe_pool_pending(_: CallbackOptions) -> Iterable[Observation]:
-    return [
-        Observation(waiting, {"db.client.connection.pool.name": name})
-        for name, (_used, _idle, waiting) in _pool_totals().items()
-    ]
-
-
-# -- the queue sample (one elected process publishes it) ----------------------------
-
-
-class _QueueSample:
-    depth: Mapping[tuple[str, str], int] = {}
-    oldest: Mapping[str, float] = {}
-    expires = 0.0  # time.monotonic() past which the sample is withdrawn
-
-
-_sample = _QueueSample()
-
-
-def publish_queue_sample(
-    depth: Mapping[tuple[str, str], int], oldest: Mapping[str, float], *, valid_for: float
-) -> None:
-    """The elected sampler's latest reading: rows by (queue type, state), and the oldest
-    claimable row's age by queue type; exported until ``valid_for`` seconds from now."""
-    with _lock:
-        _sample.depth, _sample.oldest = dict(depth), dict(oldest)
-        _sample.expires = time.monotonic() + valid_for
-
-
-def withdraw_queue_sample() -> None:
-    """This process no longer samples (it lost the election, or stopped)."""
-    with _lock:
-        _sample.depth, _sample.oldest, _sample.expires = {}, {}, 0.0
-
-
-def current_queue_sample() -> tuple[Mapping[tuple[str, str], int], Mapping[str, float]]:
-    """What the depth gauges report now (empty unless this process samples)."""
-    with _lock:
-        if time.monotonic() > _sample.expires:
-            return {}, {}
-        return _sample.depth, _sample.oldest
-
-
-def _observe_depth(_: CallbackOptions) -> Iterable[Observation]:
-    depth, _oldest = current_queue_sample()
-    return [
-        Observation(n, {QUEUE_TYPE: queue_type, "dataplane.state": state})
-        for (queue_type, state), n in depth.items()
-    ]
-
-
-def _observe_oldest(_: CallbackOptions) -> Iterable[Observation]:
-    _depth, oldest = current_queue_sample()
-    return [Observation(age, {QUEUE_TYPE: queue_type}) for queue_type, age in oldest.items()]

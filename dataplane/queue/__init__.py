@@ -2,10 +2,13 @@
 
 * :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
   channel names;
-* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, blobs, poisoned rows;
+* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, poisoned rows;
+* :mod:`~dataplane.queue.blobs`: the blob path: storage with a completion, chunked
+  reads, expiry;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
-  claim, renew, complete, fail, release, readers), fenced where a claimer writes;
+  claim, renew, complete, fail, release), fenced where a claimer writes;
+* :mod:`~dataplane.queue.readers`: the statements that only read (the client's);
 * :mod:`~dataplane.queue.reaper`, :mod:`~dataplane.queue.maintenance`: maintenance
   passes (retention, lapsed last claims) and their elected schedule;
 * :mod:`~dataplane.queue.growth`: a table that outgrew its statistics is analyzed, so
@@ -15,11 +18,11 @@
 It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
 """
 
+from dataplane.queue.blobs import Blob, StoredBlob
 from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
 from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
-    Blob,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
@@ -28,7 +31,6 @@ from dataplane.queue.records import (
     JobRow,
     JsonText,
     Poisoned,
-    StoredBlob,
     split_done_notify,
     to_json,
 )

@@ -28,34 +28,33 @@ Invariants:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
 from psycopg.rows import DictRow
 
 from dataplane.db import Database, check_channel, q
-from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.observability.tracing import context_from
+from dataplane.queue.blobs import blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
+from dataplane.queue.readers import QueueReaders
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
-    Blob,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
     Completion,
     EnqueueResult,
-    JobRow,
     JsonText,
     Poisoned,
-    StoredBlob,
     done_note,
     job_uuid,
     to_json,
 )
 from dataplane.queue.seal import NotifySeal
-from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_status
+from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
 MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more
@@ -63,8 +62,9 @@ MAX_ERROR_TEXT = 4000  # characters of last_error kept
 ENQUEUE_ATTEMPTS = 5  # races with a row finishing under our feet
 
 
-class QueueClient:
-    """Every queue operation, each one statement on a pooled connection."""
+class QueueClient(QueueReaders):
+    """Every queue operation, each one statement on a pooled connection (the reads:
+    :class:`~dataplane.queue.readers.QueueReaders`)."""
 
     def __init__(self, db: Database, config: QueueConfig | None = None) -> None:
         self.db = db
@@ -220,18 +220,6 @@ class QueueClient:
         )
         return {row["id"] for row in rows}
 
-    async def complete(self, job: ClaimedJob, result: Any, *, blob: Blob | None = None) -> None:
-        """Finish one held job; raises :class:`LeaseLost` if the claim is no longer ours."""
-        done = await self.complete_many([Completion(job, result, blob)])
-        if job.id not in done:
-            raise LeaseLost(f"job {job.id}: claim {job.dequeue_count} by {job.worker_id} is lost")
-
-    async def complete_error(self, job: ClaimedJob, error: HttpError) -> None:
-        """An expected error: the job is answered with the error payload, never retried."""
-        if not isinstance(error, HttpError):
-            raise InvalidArgument("complete_error takes an HttpError")
-        await self.complete(job, error.to_payload())
-
     async def complete_many(self, completions: Sequence[Completion]) -> set[uuid.UUID]:
         """Finish several held jobs in one statement; returns the ids that committed.
 
@@ -264,9 +252,7 @@ class QueueClient:
                 "results": results,
                 "completed_ats": completed_ats,
                 "notes": notes,
-                "blob_types": [c.blob.content_type if c.blob else None for c in completions],
-                "blob_data": [bytes(c.blob.data) if c.blob else None for c in completions],
-                "blob_ttl_seconds": self.config.blob_ttl_seconds,
+                **blob_params([c.blob for c in completions], self.config.blob_ttl_seconds),
             },
             parents=lambda _: [c.trace for c in completions],
         )
@@ -321,54 +307,12 @@ class QueueClient:
         rows = await self.db.fetchall(q("job_release"), _fence_params(jobs))
         return {row["id"] for row in rows}
 
-    # -- readers ----------------------------------------------------------
-
-    async def get(self, job_id: uuid.UUID | str) -> JobRow | None:
-        row = await self.db.fetchone(q("job_get"), {"id": job_uuid(job_id)})
-        return JobRow.from_row(row) if row is not None else None
-
-    async def get_finished_many(self, job_ids: Iterable[uuid.UUID | str]) -> list[JobRow]:
-        """The finished (done or poison) jobs among ``job_ids``."""
-        ids = [job_uuid(j) for j in job_ids]
-        if not ids:
-            return []
-        rows = await self.db.fetchall(q("job_get_finished_many"), {"ids": ids})
-        return [JobRow.from_row(row) for row in rows]
-
-    async def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        queue_type: str | QueueType | None = None,
-        limit: int = 50,
-    ) -> list[JobRow]:
-        if status is not None:
-            check_status(status)
-        type_name = check_queue_type(queue_type) if queue_type is not None else None
-        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise InvalidArgument(f"limit must be in 1..10000, got {limit}")
-        rows = await self.db.fetchall(
-            q("job_list"), {"status": status, "type": type_name, "limit": limit}
-        )
-        return [JobRow.from_row(row) for row in rows]
+    # -- operators and broadcasts -------------------------------------------
 
     async def retry(self, job_id: uuid.UUID | str) -> bool:
         """Re-drive a poison job; False if it is not poison (or does not exist)."""
         row = await self.db.fetchone(q("job_retry"), {"id": job_uuid(job_id)})
         return row is not None
-
-    async def live_counts(self) -> dict[tuple[str, str], int]:
-        """Live rows by (type, client)."""
-        rows = await self.db.fetchall(q("job_live_counts"))
-        return {(row["type"], row["client"]): row["n"] for row in rows}
-
-    async def counts(self) -> list[tuple[str, str, int]]:
-        rows = await self.db.fetchall(q("job_counts"))
-        return [(row["type"], row["status"], row["n"]) for row in rows]
-
-    async def get_blob(self, job_id: uuid.UUID | str) -> StoredBlob | None:
-        row = await self.db.fetchone(q("blob_get"), {"job_id": job_uuid(job_id)})
-        return _stored_blob(row, bytes(row["data"])) if row is not None else None
 
     async def invalidate(self, *tags: str) -> None:
         """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""
@@ -377,45 +321,6 @@ class QueueClient:
                 raise InvalidArgument(f"a cache tag must be a non-empty string, got {tag!r}")
         for tag in tags:
             await self.notify(INVALIDATE_CHANNEL, tag)
-
-    async def get_owned(
-        self,
-        job_id: uuid.UUID | str,
-        *,
-        queue_type: str | QueueType,
-        client: str,
-        scope_key: str,
-    ) -> JobRow | None:
-        """The job if it is of ``queue_type`` and owned by ``client`` and ``scope_key``;
-        None for anyone else's job exactly as for an unknown id (the owner is matched
-        in the statement: nothing of another tenant's row is returned)."""
-        row = await self.db.fetchone(
-            q("job_get_owned"),
-            {
-                "id": job_uuid(job_id),
-                "type": check_queue_type(queue_type),
-                "client": client,
-                "scope_key": scope_key,
-            },
-        )
-        return JobRow.from_row(row) if row is not None else None
-
-    async def get_blob_head(self, job_id: uuid.UUID | str) -> StoredBlob | None:
-        """The newest unexpired blob of a job *without its bytes* (``data`` is empty):
-        read them with :meth:`get_blob_chunk`, a bounded slice at a time."""
-        row = await self.db.fetchone(q("blob_head"), {"job_id": job_uuid(job_id)})
-        return _stored_blob(row, b"") if row is not None else None
-
-    async def get_blob_chunk(self, blob_id: uuid.UUID, offset: int, length: int) -> bytes | None:
-        """``length`` bytes of a blob from byte ``offset``; None once it expired or is gone."""
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidArgument(f"offset must be an integer >= 0, got {offset!r}")
-        if not isinstance(length, int) or length < 1:
-            raise InvalidArgument(f"length must be an integer >= 1, got {length!r}")
-        row = await self.db.fetchone(
-            q("blob_chunk"), {"id": blob_id, "offset": offset, "length": length}
-        )
-        return bytes(row["chunk"]) if row is not None else None
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""
@@ -436,18 +341,6 @@ def carried(completion: Completion, result: str) -> bool:
     if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
         return False
     return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
-
-
-def _stored_blob(row: DictRow, data: bytes) -> StoredBlob:
-    return StoredBlob(
-        id=row["id"],
-        job_id=row["job_id"],
-        content_type=row["content_type"],
-        data=data,
-        size=row["size"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-    )
 
 
 def _claimed_traces(rows: list[DictRow] | None) -> list[Context | None]:

@@ -5,8 +5,9 @@ lease lapsed) to ``poison`` with a done notify, so waiting browsers learn at
 once, and returns them (:attr:`ReapResult.poisoned_jobs`, which the caller
 traces, counts and logs: :func:`~dataplane.queue.poison.report_lapsed`); then
 deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison`` rows older
-than 7 d and expired blobs, each in bounded batches (every batch its own short
-transaction: no long locks on the hot table, however large the backlog).
+than 7 d and expired blobs (:mod:`dataplane.queue.blobs`), each in bounded batches
+(every batch its own short transaction: no long locks on the hot table, however
+large the backlog).
 :func:`reap_once` runs a pass on one connection that first takes the maintenance
 advisory lock: across the fleet, one pass at a time; a pass that finds the lock
 taken does nothing and says so.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from dataplane.db import Connection, Database, q
 from dataplane.errors import InvalidArgument
+from dataplane.queue.blobs import delete_expired
 from dataplane.queue.records import Poisoned
 
 DONE_RETENTION_SECONDS = 24 * 3600.0
@@ -75,7 +77,7 @@ async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
         poison = await _delete(
             conn, "reap_poison", {"retention_seconds": config.poison_seconds}, config
         )
-        blobs = await _delete(conn, "reap_blobs", {}, config)
+        blobs = await delete_expired(conn, batch=config.batch, max_batches=config.max_batches)
         return ReapResult(done, poison, blobs, len(poisoned), True, poisoned)
     finally:
         if not conn.closed and not conn.broken:

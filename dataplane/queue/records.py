@@ -1,4 +1,5 @@
-"""What the queue hands out and takes in: claimed jobs, rows, completions, blobs.
+"""What the queue hands out and takes in: claimed jobs, rows, completions (blobs:
+:mod:`dataplane.queue.blobs`).
 
 A :class:`ClaimedJob` carries its *fence*, (``id``, ``worker_id``,
 ``dequeue_count``): every write by a claimer names it, so a claimer whose lease
@@ -20,6 +21,7 @@ from typing import Any, TypeGuard
 from opentelemetry.context import Context
 
 from dataplane.errors import InvalidArgument
+from dataplane.queue.blobs import Blob
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -95,10 +97,6 @@ class ClaimedJob:
         """Since the row became claimable: the wait a worker could have shortened."""
         return max(0.0, (self.claimed_at - self.ready_at).total_seconds() * 1000.0)
 
-    @property
-    def last_attempt(self) -> bool:
-        return self.dequeue_count >= self.max_dequeues
-
 
 @dataclass(frozen=True, slots=True)
 class Poisoned:
@@ -129,29 +127,6 @@ class ClaimBatch:
     def taken(self) -> int:
         """Rows the statement took (claimed or poisoned), of the ``limit`` it asked for."""
         return len(self.jobs) + len(self.poisoned)
-
-
-@dataclass(frozen=True, slots=True)
-class Blob:
-    content_type: str
-    data: bytes
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.data, bytes | bytearray | memoryview):
-            raise InvalidArgument("blob data must be bytes")
-        if not self.content_type or "/" not in self.content_type:
-            raise InvalidArgument(f"blob content type looks wrong: {self.content_type!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBlob:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    content_type: str
-    data: bytes
-    size: int
-    created_at: datetime
-    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

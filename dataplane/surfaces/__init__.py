@@ -1,5 +1,6 @@
 """Surfaces: what the plane serves, and the registry both the BFF and the worker read.
 
+* :mod:`~dataplane.surfaces.gates`: checks of the caller against a request (403);
 * :mod:`~dataplane.surfaces.manifest`: the public API a surface package declares its
   surface with (re-exported from :mod:`dataplane`);
 * :mod:`~dataplane.surfaces.registry`: surfaces found through the entry-point group

@@ -18,7 +18,8 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   names the parameter holding that user, and ``per_user`` says it is about the
   caller (``u:<caller's sub>``): the caller is then part of its dedupe key, so it
   is cached and coalesced per caller;
-* ``gates``: checks of the caller against the request (:data:`STAFF_ONLY`,
+* ``gates`` (:mod:`dataplane.surfaces.gates`): checks of the caller against the
+  request (:data:`STAFF_ONLY`,
   :func:`branch_in_scope`, :func:`client_match`, or their names ``"staff"``,
   ``"branch-in-scope:<param>"``, ``"client-match:<param>"``), run at the BFF for a
   fast 403 and re-enforced in the worker;
@@ -50,6 +51,7 @@ from dataplane.envelope import Auth
 from dataplane.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
 from dataplane.queue.types import check_surface_id, client_tag
+from dataplane.surfaces.gates import STAFF_ONLY, Gate, branch_in_scope, client_match, gate_named
 
 if TYPE_CHECKING:
     from dataplane.db import Database
@@ -155,74 +157,6 @@ def validate(schema: Schema, value: Any, path: str = "params", *, validator: Any
         for error in compiled.iter_errors(value):
             raise HttpError(400, _message(error, path))
     return _normalise(schema, value)
-
-
-# -- gates --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    """A check of the caller against the request: raises ``HttpError(403)``."""
-
-    name: str
-    description: str
-    check: Callable[[Auth, Mapping[str, Any]], None]
-    param: str | None = None  # the parameter it reads, if any
-
-    def __call__(self, auth: Auth, params: Mapping[str, Any]) -> None:
-        self.check(auth, params)
-
-
-def _staff(auth: Auth, params: Mapping[str, Any]) -> None:
-    if not auth.staff:
-        raise HttpError(403, "this operation is for staff only")
-
-
-STAFF_ONLY = Gate("staff", "the caller must be staff", _staff)
-
-
-def branch_in_scope(param: str = "branch") -> Gate:
-    """The branch named by ``params[param]`` (when given) must be in the caller's scope."""
-
-    def check(auth: Auth, params: Mapping[str, Any]) -> None:
-        branch = params.get(param)
-        if branch is not None and not auth.may_see_branch(str(branch)):
-            raise HttpError(403, f"branch {branch!r} is outside your scope")
-
-    return Gate(
-        f"branch-in-scope:{param}", f"params.{param} must be in the caller's scope", check, param
-    )
-
-
-def client_match(param: str = "client") -> Gate:
-    """``params[param]`` (when given) must be the caller's own client."""
-
-    def check(auth: Auth, params: Mapping[str, Any]) -> None:
-        client = params.get(param)
-        if client is not None and client != auth.client:
-            raise HttpError(403, "you may only read your own client's data")
-
-    return Gate(
-        f"client-match:{param}", f"params.{param} must be the caller's client", check, param
-    )
-
-
-_GATE_FACTORIES: dict[str, Callable[[str], Gate]] = {
-    "branch-in-scope": branch_in_scope,
-    "client-match": client_match,
-}
-
-
-def gate_named(name: str) -> Gate:
-    """``"staff"``, ``"branch-in-scope:<param>"`` or ``"client-match:<param>"``."""
-    if name == STAFF_ONLY.name:
-        return STAFF_ONLY
-    kind, _, param = name.partition(":")
-    factory = _GATE_FACTORIES.get(kind)
-    if factory is None or not param:
-        known = ", ".join(["staff", *(f"{k}:<param>" for k in _GATE_FACTORIES)])
-        raise InvalidArgument(f"unknown gate {name!r} (known: {known})")
-    return factory(param)
 
 
 # -- operations -----------------------------------------------------------------------

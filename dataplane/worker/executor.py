@@ -13,14 +13,12 @@ claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
 cancelled by shutdown past the grace period is handed back, ``released``. A
 queue DB out of reach when the outcome is written leaves the row to its lease.
 
-Each attempt runs in its ``process`` span, a child of the request's producer
-context on every attempt (retries and re-drives included), after a ``wait`` span
-recorded from the row's timestamps (claimable -> claimed). A failed attempt's span
-is ERROR with ``error.type``; a poisoning attempt, a lost lease and a fenced-out
-write add a ``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line
-naming the job, its type and attempt). Each attempt records its metrics and gives
-the reporter one :class:`~dataplane.observability.report.JobReport`, carrying
-its trace id.
+Each attempt runs in its ``process`` span; a failed attempt's span is ERROR with
+``error.type``; a poisoning attempt, a lost lease and a fenced-out write add a
+``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line naming the job,
+its type and attempt). Its spans, metrics and report are :mod:`dataplane.worker.observe`'s;
+the completion its value becomes, :mod:`dataplane.worker.results`'s; the handler's call
+under its deadline, :mod:`dataplane.worker.handler`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import trio
@@ -42,49 +39,38 @@ from opentelemetry.trace import Span, SpanKind
 from dataplane.db import Database
 from dataplane.envelope import Envelope
 from dataplane.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
-from dataplane.observability.metrics import (
-    OPERATION,
-    OUTCOME,
-    QUEUE_TYPE,
-    REASON,
-    instruments,
-    metrics_on,
-    process_attributes,
-)
-from dataplane.observability.report import CacheStatus, JobReport, Outcome
+from dataplane.observability.report import CacheStatus, Outcome
 from dataplane.observability.tracing import (
-    context_from,
     context_of,
     failed,
     messaging,
-    record_span,
     trace_id_hex,
     tracer,
-    tracing_on,
 )
-from dataplane.queue import Blob, ClaimedJob, Completion, JsonText, QueueClient, to_json
+from dataplane.queue import ClaimedJob, Completion, QueueClient
 from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
 from dataplane.worker.cache import SingleFlight, TtlCache
 from dataplane.worker.completer import Completer
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.deadlines import HandlerDeadlines
+from dataplane.worker.handler import HandlerTimeout, call_handler, timeout_message
 from dataplane.worker.held import HeldJobs, Running
-from dataplane.worker.report import Reporter, rss_bytes
+from dataplane.worker.observe import (
+    JobResult,
+    attempt_event,
+    error_type,
+    fenced_out,
+    job_report,
+    poisoned,
+    process_span,
+    record_attempt,
+)
+from dataplane.worker.report import Reporter
+from dataplane.worker.results import shape
 
 log = logging.getLogger(__name__)
 
 RELEASE_TIMEOUT = 5.0  # seconds the shielded release on shutdown may take
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    """How one claim ended, as the report, the span and the metrics tell it."""
-
-    outcome: Outcome
-    operation: str = "?"
-    cache: CacheStatus = CacheStatus.BYPASS
-    coalesced: bool = False
-    error_type: str | None = None  # the failed attempt's exception type (metrics)
 
 
 @dataclass
@@ -135,7 +121,7 @@ class JobExecutor:
         started = time.perf_counter()  # the attempt's duration is always recorded
         cpu_started = time.process_time() if self.reporter is not None else 0.0
         result = JobResult(Outcome.RELEASED, self._operation_of(job))
-        span = self._process_span(job)
+        span = process_span(job, self.surface.id)
         try:
             result = await self._traced(running, span)
             if running.lost:  # cancelled by a renewal, or its write fenced out
@@ -146,12 +132,12 @@ class JobExecutor:
         finally:
             if not (running.finished or running.lost):
                 await self._release(job)
-            self._record(job, result, time.perf_counter() - started)
+            record_attempt(job, result, time.perf_counter() - started)
             self.held.remove(running)
             self.on_finished()
             if self.reporter is not None:  # else no report at all: RSS reads /proc
                 trace_id = trace_id_hex(span)  # None when tracing is off
-                report = _report(job, result, started, cpu_started, trace_id)
+                report = job_report(job, result, started, cpu_started, trace_id)
                 if trace_id is None:
                     self.reporter.report(report)
                 else:
@@ -171,46 +157,6 @@ class JobExecutor:
                 self.counters.released += 1
             except DatabaseError as exc:
                 log.warning("job %s: release failed (%s); its lease will lapse", job.id, exc)
-
-    def _process_span(self, job: ClaimedJob) -> Span:
-        """The attempt's ``process`` span (not yet current), after its ``wait`` span.
-
-        Both are children of the request's producer context on every attempt; the
-        wait, from when the row became claimable to its claim, is recorded from the
-        row's timestamps. Nothing is built when tracing is off.
-        """
-        if not tracing_on():
-            return trace.INVALID_SPAN
-        traceparent = job.payload.get("traceparent") if isinstance(job.payload, dict) else None
-        parent = context_from(traceparent)
-        job_id = str(job.id)
-        waits: dict[str, Any] = {
-            "queue_wait_ms": round(job.queue_wait_ms, 3),
-            "ready_wait_ms": round(job.ready_wait_ms, 3),
-            "attempt": job.dequeue_count,
-        }
-        if parent is not None:  # a wait outside the request's trace would be an orphan
-            record_span(
-                f"wait {job.type}",
-                parent,
-                job.ready_at,
-                job.claimed_at,
-                attributes=messaging("receive", job.type, job_id, operation_name="wait", **waits),
-            )
-        attrs = {
-            **messaging(
-                "process",
-                job.type,
-                job_id,
-                surface=self.surface.id,
-                queue_wait_ms=waits["queue_wait_ms"],
-                attempt=job.dequeue_count,
-            ),
-            "messaging.message.delivery_count": job.dequeue_count,
-        }
-        return tracer().start_span(
-            f"process {job.type}", context=parent, kind=SpanKind.CONSUMER, attributes=attrs
-        )
 
     async def _traced(self, running: Running, span: Span) -> JobResult:
         """Run one job inside its ``process`` span; record its metrics.
@@ -232,27 +178,6 @@ class JobExecutor:
             )
         return result
 
-    def _record(self, job: ClaimedJob, result: JobResult, seconds: float) -> None:
-        """One attempt's metrics, whatever its outcome (released and lost included)."""
-        if not metrics_on():
-            return
-        m = instruments()
-        queue = {QUEUE_TYPE: job.type}
-        labels = {**queue, OPERATION: result.operation}
-        attrs = process_attributes(job.type, result.operation)
-        if result.error_type is not None:
-            attrs["error.type"] = result.error_type
-        m.process_duration.record(seconds, attrs)
-        m.queue_wait.record(job.ready_wait_ms / 1000, labels)
-        m.queue_wait_since_enqueue.record(max(0.0, job.queue_wait_ms) / 1000, labels)
-        m.jobs.add(1, {**labels, OUTCOME: result.outcome.value})
-        if result.coalesced:
-            m.coalesced.add(1, {**queue, "dataplane.layer": "single_flight"})
-        if result.cache is CacheStatus.HIT:
-            m.cache_hits.add(1, labels)
-        if result.outcome is Outcome.POISON:
-            m.poison.add(1, {**queue, REASON: "failed"})
-
     async def _execute(self, running: Running, span: Span) -> JobResult:
         """Run one job, then write its outcome.
 
@@ -270,12 +195,14 @@ class JobExecutor:
             if op.cacheable:
                 cache = CacheStatus.MISS
             value, cache, coalesced = await self._produce(running, envelope, op, params, span)
-            completion = self._shape(job, value, cache, coalesced)
+            completion = shape(
+                job, value, cache, coalesced, inline_max_bytes=self.config.inline_max_bytes
+            )
             outcome = Outcome.DONE
         except _ClaimLost:
             # A renewal found the claim gone and cancelled the execution: drop the work.
             if span.is_recording():
-                span.add_event("LEASE_LOST", _attempt(job))
+                span.add_event("LEASE_LOST", attempt_event(job))
                 failed(span, "LEASE_LOST", "a renewal found the claim gone")
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except (HttpError, InvalidArgument) as exc:
@@ -289,20 +216,14 @@ class JobExecutor:
         except Exception as exc:
             if span.is_recording():
                 span.record_exception(exc)
-                failed(span, _error_type(exc), f"{type(exc).__name__}: {exc}")
+                failed(span, error_type(exc), f"{type(exc).__name__}: {exc}")
             outcome = await self._fail(running, exc, span)
             return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
         try:
             await self._finish(running, completion)
         except LeaseLost:
-            log.warning(
-                "job %s (%s, attempt %d): lease lost, its completion fenced out; result dropped",
-                job.id,
-                job.type,
-                job.dequeue_count,
-            )
+            fenced_out(job, "complete")
             failed(span, "FENCED_OUT", "the claim was lost: the result was dropped")
-            instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "complete"})
             running.lost = True
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except DatabaseError as exc:
@@ -365,7 +286,7 @@ class JobExecutor:
             with running.scope:
                 value, coalesced, leader = await self.single_flight.run_with_meta(
                     key,
-                    lambda: _call_handler(op, ctx, running, timeout, traced),
+                    lambda: call_handler(op, ctx, running, timeout, traced),
                     span.get_span_context(),
                 )
         finally:
@@ -374,7 +295,7 @@ class JobExecutor:
             if running.lost:
                 raise _ClaimLost
             # Its own deadline, waiting for another job's execution (single flight).
-            raise HandlerTimeout(_timeout_message(op, timeout))
+            raise HandlerTimeout(timeout_message(op, timeout))
         if coalesced:
             self.counters.coalesced += 1
             if leader is not None and leader.is_valid:  # the execution that answered
@@ -392,31 +313,6 @@ class JobExecutor:
             )
         op = self.surface.operation(envelope.operation, envelope.version)
         return op, op.check(envelope.auth, envelope.params)
-
-    def _shape(
-        self, job: ClaimedJob, value: Any, cache: CacheStatus, coalesced: bool
-    ) -> Completion:
-        """The row's result, and a blob when the value is binary or too large to inline.
-
-        A blob's reference carries its type, size and file name; the BFF adds its URL.
-        """
-        meta = {"cache": cache.value, "coalesced": coalesced}
-        blob: Blob | None = None
-        filename: str | None = None
-        if isinstance(value, BlobResult):
-            blob, filename = Blob(value.content_type, value.data), value.filename
-        elif isinstance(value, bytes | bytearray):
-            blob = Blob("application/octet-stream", bytes(value))
-        else:
-            text = to_json(value, what="handler result")
-            if len(text.encode()) <= self.config.inline_max_bytes:
-                tail = _meta_json(cache.value, bool(coalesced))
-                return Completion(job, JsonText('{"data":' + text + "," + tail + "}"))
-            blob = Blob("application/json", text.encode())
-        ref: dict[str, Any] = {"contentType": blob.content_type, "size": len(blob.data)}
-        if filename:
-            ref["filename"] = filename
-        return Completion(job, {"blobRef": ref, **meta}, blob)
 
     async def _finish(self, running: Running, completion: Completion) -> None:
         """Write the outcome; ``finished`` once it landed or the fence refused it.
@@ -442,7 +338,7 @@ class JobExecutor:
                 try:
                     await self.completer.complete(completion)
                 except LeaseLost:
-                    span.add_event("FENCED_OUT", _attempt(job))
+                    span.add_event("FENCED_OUT", attempt_event(job))
                     failed(span, "FENCED_OUT", "the claim was lost: the write was refused")
                     raise
         except LeaseLost:
@@ -468,14 +364,8 @@ class JobExecutor:
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
             )
         except LeaseLost:
-            instruments().fenced.add(1, {QUEUE_TYPE: job.type, "dataplane.write": "fail"})
-            log.warning(
-                "job %s (%s, attempt %d): lease lost, its failure write fenced out",
-                job.id,
-                job.type,
-                job.dequeue_count,
-            )
-            span.add_event("FENCED_OUT", _attempt(job))
+            fenced_out(job, "fail")
+            span.add_event("FENCED_OUT", attempt_event(job))
             running.finished = running.lost = True
             return Outcome.LOST
         except DatabaseError as db_exc:
@@ -484,19 +374,7 @@ class JobExecutor:
             return Outcome.FAILED
         running.finished = True
         if status == "poison":
-            log.warning(
-                "job %s (%s, attempt %d/%d): poisoned after %s",
-                job.id,
-                job.type,
-                job.dequeue_count,
-                job.max_dequeues,
-                _error_type(exc),
-            )
-            if span.is_recording():
-                span.add_event(
-                    "POISON",
-                    {**_attempt(job), "error.type": _error_type(exc)},
-                )
+            poisoned(job, exc, span)
             self.counters.poisoned += 1
             return Outcome.POISON
         self.counters.failed += 1
@@ -505,76 +383,5 @@ class JobExecutor:
         return Outcome.FAILED
 
 
-def _attempt(job: ClaimedJob) -> dict[str, Any]:
-    return {"dataplane.attempt": job.dequeue_count, "dataplane.max_dequeues": job.max_dequeues}
-
-
-def _error_type(exc: BaseException) -> str:
-    """``error.type`` of a failed attempt: ``TIMEOUT``, else the exception's class."""
-    return "TIMEOUT" if isinstance(exc, HandlerTimeout) else type(exc).__name__
-
-
-class HandlerTimeout(Exception):
-    """The handler ran past its operation's ``timeout_seconds`` (the attempt fails)."""
-
-
 class _ClaimLost(Exception):
     """A renewal found the claim gone and cancelled its execution (the work is dropped)."""
-
-
-def _timeout_message(op: Operation, limit: float) -> str:
-    return f"TIMEOUT: {op.name} ran past its {limit:g}s timeout; cancelled"
-
-
-async def _call_handler(
-    op: Operation, ctx: OperationContext, running: Running, limit: float, traced: bool
-) -> Any:
-    if not traced:
-        return await _timed_handler(op, ctx, running, limit)
-    with tracer().start_as_current_span(
-        f"{op.name} handler", attributes={"dataplane.operation": op.name}
-    ):
-        return await _timed_handler(op, ctx, running, limit)
-
-
-async def _timed_handler(
-    op: Operation, ctx: OperationContext, running: Running, limit: float
-) -> Any:
-    """The handler, its deadline's cancellation turned into :class:`HandlerTimeout`
-    where it happens: the handler's span records it, and jobs coalesced onto this
-    execution (single flight) share the failure, as they share a result."""
-    try:
-        return await op.handler(ctx)
-    except trio.Cancelled:
-        if running.timed_out and not running.lost:
-            raise HandlerTimeout(_timeout_message(op, limit)) from None
-        raise
-
-
-@lru_cache(maxsize=16)
-def _meta_json(cache: str, coalesced: bool) -> str:
-    """An inline result's members after ``data``, as JSON without the braces (six
-    combinations): the result is ``{"data": <its JSON>, <these>}``, its JSON not parsed
-    again."""
-    return to_json({"cache": cache, "coalesced": coalesced})[1:-1]
-
-
-def _report(
-    job: ClaimedJob, result: JobResult, started: float, cpu_started: float, trace_id: str | None
-) -> JobReport:
-    return JobReport(
-        job_id=str(job.id),
-        type=job.type,
-        operation=result.operation,
-        outcome=result.outcome,
-        wall_ms=(time.perf_counter() - started) * 1000,
-        cpu_ms=(time.process_time() - cpu_started) * 1000,
-        rss_bytes=rss_bytes(),
-        queue_wait_ms=max(0.0, job.queue_wait_ms),
-        cache=result.cache,
-        coalesced=result.coalesced,
-        dequeue_count=job.dequeue_count,
-        worker_id=job.worker_id,
-        finished_at=time.time(),
-        trace_id=trace_id,
-    )

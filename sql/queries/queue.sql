@@ -219,21 +219,6 @@ WITH r AS (
 )
 SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 
--- name: job_counts
--- Queue depth by type and status.
-SELECT type, status, count(*) AS n
-FROM maestro_queues
-GROUP BY type, status
-ORDER BY type, status;
-
--- name: blob_get
--- The newest unexpired blob of a job.
-SELECT id, job_id, content_type, data, size, created_at, expires_at
-FROM surface_result_blobs
-WHERE job_id = %(job_id)s AND expires_at > now()
-ORDER BY created_at DESC
-LIMIT 1;
-
 -- name: notify_send
 -- A bare notification (e.g. cache invalidation broadcast).
 SELECT pg_notify(%(channel)s, %(payload)s);

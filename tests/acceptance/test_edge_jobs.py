@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from dataplane.bff.jobs import BLOB_CHUNK_BYTES, blob_statistics
 from dataplane.db import Database
+from dataplane.queue.blobs import BLOB_CHUNK_BYTES, blob_statistics
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
 from tests.helpers import bearer, token
 

@@ -28,7 +28,7 @@ from dataplane.queue import QueueClient
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
 from tests.conftest import wait_until
-from tests.helpers import bearer, read_sse, token
+from tests.helpers import bearer, complete, read_sse, token
 
 STAFF = token(staff=True, sub="boss")
 TYPE = "surface-probe"
@@ -98,7 +98,7 @@ async def finished_and_heard(
         while await queue.fail(job, "boom", backoff_seconds=0) != "poison":
             [job] = await queue.claim(TYPE, "test-worker")
     else:
-        await queue.complete(job, {"data": {"echo": value}})
+        await complete(queue, job, {"data": {"echo": value}})
     await wait_until(lambda: bff.plane.pump.statistics().notifies > heard, within=10)
     return body
 
@@ -158,7 +158,7 @@ async def test_end_to_end_is_seconds_by_queue_type_and_outcome_either_way(
     async def finish_when_waited() -> None:
         await wait_until(lambda: bff.plane.pump.statistics().waiters == 1, within=10)
         [job] = await queue.claim(TYPE, "test-worker")
-        await queue.complete(job, {"data": 1})
+        await complete(queue, job, {"data": 1})
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(finish_when_waited)

@@ -23,7 +23,7 @@ from dataplane.edge import lean_socket_send
 from dataplane.queue import QueueClient
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until
-from tests.helpers import read_sse
+from tests.helpers import complete, read_sse
 
 WORKER = "test-edge-writes"
 
@@ -48,7 +48,7 @@ async def finish(queue: QueueClient, job_id: str) -> None:
     """Claim the (only) pending probe job and complete it, as a worker would."""
     [job] = await queue.claim("surface-probe", WORKER)
     assert str(job.id) == job_id
-    await queue.complete(job, {"data": {"echo": "written"}})
+    await complete(queue, job, {"data": {"echo": "written"}})
 
 
 async def test_a_sized_answer_is_one_write(http: httpx.AsyncClient, writes: list[bytes]) -> None:

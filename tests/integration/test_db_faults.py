@@ -14,6 +14,7 @@ from dataplane.db import Database, DatabaseConfig, open_database
 from dataplane.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
+from tests.helpers import complete
 
 T = "surface-probe"
 
@@ -107,23 +108,23 @@ async def test_an_interrupted_completion_leaves_the_row_as_it_was(
         async with open_database(impatient, loop=bridge) as worker:
             # ...once cut off by its call timeout,
             with pytest.raises(DatabaseUnavailable, match="timed out"):
-                await QueueClient(worker).complete(job, {"late": 1})
+                await complete(QueueClient(worker), job, {"late": 1})
             # ...once by the caller's own cancel scope,
             with trio.move_on_after(0.3) as scope:
-                await QueueClient(worker).complete(job, {"late": 2})
+                await complete(QueueClient(worker), job, {"late": 2})
             assert scope.cancelled_caught
         async with open_database(DatabaseConfig(queue_dsn, pool_size=1), loop=bridge) as worker:
             # ...and once by its connection being killed.
             errors: list[BaseException] = []
 
-            async def complete() -> None:
+            async def complete_late() -> None:
                 try:
-                    await QueueClient(worker).complete(job, {"late": 3})
+                    await complete(QueueClient(worker), job, {"late": 3})
                 except DatabaseError as exc:
                     errors.append(exc)
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(complete)
+                nursery.start_soon(complete_late)
                 pid = await _backend_of(db, "%UPDATE maestro_queues q%SET status = 'done'%")
                 await db.fetchone("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
             assert len(errors) == 1 and isinstance(errors[0], DatabaseUnavailable)
@@ -132,7 +133,7 @@ async def test_an_interrupted_completion_leaves_the_row_as_it_was(
     after = await db.fetchone("SELECT * FROM maestro_queues WHERE id = %(id)s", {"id": job.id})
     assert after == before
     assert after is not None and after["status"] == "in_progress" and after["result"] is None
-    await queue.complete(job, {"finally": True})  # the claim itself is still good
+    await complete(queue, job, {"finally": True})  # the claim itself is still good
     done = await queue.get(enq.job_id)
     assert done is not None and done.result == {"finally": True}
 

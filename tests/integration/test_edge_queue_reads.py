@@ -12,7 +12,7 @@ import pytest
 from dataplane.db import Database, q
 from dataplane.errors import InvalidArgument
 from dataplane.queue import Blob, QueueClient
-from tests.helpers import NORTH, STAFF, submit
+from tests.helpers import NORTH, STAFF, complete, submit
 
 T = "surface-probe"
 
@@ -43,7 +43,7 @@ async def test_the_owned_read_returns_no_row_for_another_tenant(
     """The statement itself filters: EXPLAIN ANALYZE shows it returning no row."""
     enq = await submit(queue, "probe", "echo", {"value": 1}, STAFF)
     (job,) = await queue.claim(T, "w")
-    await queue.complete(job, {"data": "x" * 100_000})  # a result worth not reading
+    await complete(queue, job, {"data": "x" * 100_000})  # a result worth not reading
 
     async def rows_returned(client: str, scope_key: str) -> int:
         plan = await db.fetchone(
@@ -64,7 +64,7 @@ async def test_blob_head_and_chunks_read_a_blob_in_slices(queue: QueueClient) ->
     await submit(queue, "probe", "echo", {"value": "blob"}, STAFF)
     (job,) = await queue.claim(T, "w")
     data = os.urandom(200_000)
-    await queue.complete(job, {"blobRef": {}}, blob=Blob("application/octet-stream", data))
+    await complete(queue, job, {"blobRef": {}}, blob=Blob("application/octet-stream", data))
     head = await queue.get_blob_head(job.id)
     assert head is not None and head.size == len(data) and head.data == b""
     assert head.content_type == "application/octet-stream"

@@ -18,7 +18,7 @@ from dataplane.queue import QueueClient, done_channel
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.reaper import RetentionConfig
 from tests.conftest import wait_until
-from tests.helpers import STAFF, envelope, submit
+from tests.helpers import STAFF, complete, envelope, submit
 from tests.integration.test_worker import running_worker
 
 
@@ -118,7 +118,7 @@ async def test_maintenance_runs_in_one_process_at_a_time(
 ) -> None:
     enq = await submit(queue, "probe", "echo", {"value": 1})
     (job,) = await queue.claim("surface-probe", "w")
-    await queue.complete(job, {"data": 1})
+    await complete(queue, job, {"data": 1})
     first = Maintenance(db, retention=RetentionConfig(done_seconds=0))
     second = Maintenance(db, retention=RetentionConfig(done_seconds=0))
     # Another process holds the election: neither pass runs.

@@ -14,7 +14,7 @@ from dataplane.bff.prefer import wait_finished
 from dataplane.bff.pump import ReplyPump
 from dataplane.queue import JobRow, QueueClient, done_channel
 from tests.conftest import wait_until
-from tests.helpers import submit
+from tests.helpers import complete, submit
 
 TYPE = "surface-probe"
 SWEEP = 600.0  # seconds: no sweep within a test, only notifies and the row read
@@ -23,7 +23,7 @@ SWEEP = 600.0  # seconds: no sweep within a test, only notifies and the row read
 async def _finish(queue: QueueClient) -> uuid.UUID:
     """Claim and complete the oldest claimable job; its id."""
     [job] = await queue.claim(TYPE, "test-worker")
-    await queue.complete(job, {"data": {"ok": True}})
+    await complete(queue, job, {"data": {"ok": True}})
     return job.id
 
 

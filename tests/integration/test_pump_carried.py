@@ -31,7 +31,7 @@ from dataplane.queue import (
 from dataplane.queue.records import ClaimedJob
 from dataplane.queue.seal import NotifySeal
 from tests.conftest import wait_until
-from tests.helpers import NOTIFY_SECRET, submit
+from tests.helpers import NOTIFY_SECRET, complete, submit
 
 TYPE = "surface-probe"
 SWEEP = 600.0  # seconds: no sweep within a test, only notifies and reads
@@ -92,7 +92,7 @@ async def test_a_small_answer_is_delivered_from_its_notify_without_a_read(
     result = {"data": {"echo": 'ünïcode "quoted" \\ and \n'}, "cache": "miss"}
 
     async def finish(job: ClaimedJob) -> None:
-        await queue.complete(job, result)
+        await complete(queue, job, result)
 
     got, read = await _waited_finish(queue, pump, "small", finish)
     _same_answer(got, read)
@@ -106,7 +106,7 @@ async def test_an_expected_error_is_carried_too(queue: QueueClient, nursery: tri
     await nursery.start(pump.run)
 
     async def finish(job: ClaimedJob) -> None:
-        await queue.complete(job, {"error": {"status": 403, "message": "staff only"}})
+        await complete(queue, job, {"error": {"status": 403, "message": "staff only"}})
 
     got, read = await _waited_finish(queue, pump, "forbidden", finish)
     _same_answer(got, read)
@@ -121,7 +121,7 @@ async def test_a_large_answer_or_a_blob_is_read_from_the_row(
     large = {"data": "x" * DONE_NOTIFY_INLINE_MAX}
 
     async def finish_large(job: ClaimedJob) -> None:
-        await queue.complete(job, large)
+        await complete(queue, job, large)
 
     got, read = await _waited_finish(queue, pump, "large", finish_large)
     assert got == read and got.result == large
@@ -129,7 +129,7 @@ async def test_a_large_answer_or_a_blob_is_read_from_the_row(
 
     async def finish_blob(job: ClaimedJob) -> None:
         blob = Blob("application/pdf", b"%PDF-1.7\n")
-        await queue.complete(job, {"blobRef": {"size": 9}}, blob=blob)
+        await complete(queue, job, {"blobRef": {"size": 9}}, blob=blob)
 
     got, read = await _waited_finish(queue, pump, "blob", finish_blob)
     assert got == read and got.payload["auth"]  # the whole envelope: its owner signs the URL
@@ -147,8 +147,8 @@ async def test_notify_payloads_say_what_they_carry(
     big = await submit(queue, "probe", "echo", {"value": "n-big"})
     doomed = await submit(queue, "probe", "echo", {"value": "n-doomed"}, max_dequeues=1)
     jobs = {j.id: j for j in await queue.claim(TYPE, "w", limit=3)}
-    await queue.complete(jobs[small.job_id], {"data": 1})
-    await queue.complete(jobs[big.job_id], {"data": "y" * (DONE_NOTIFY_INLINE_MAX + 1)})
+    await complete(queue, jobs[small.job_id], {"data": 1})
+    await complete(queue, jobs[big.job_id], {"data": "y" * (DONE_NOTIFY_INLINE_MAX + 1)})
     assert await queue.fail(jobs[doomed.job_id], "boom") == "poison"
     heard: dict[uuid.UUID, JobRow | None] = {}
     with trio.fail_after(10):
@@ -189,7 +189,7 @@ async def test_without_a_notify_secret_the_notify_names_the_job_alone(
     await nursery.start(pump.run)
 
     async def finish(job: ClaimedJob) -> None:
-        await unsealed.complete(job, {"data": "secret"})
+        await complete(unsealed, job, {"data": "secret"})
 
     got, read = await _waited_finish(queue, pump, "unsealed", finish)
     assert got == read and got.result == {"data": "secret"}
@@ -207,7 +207,7 @@ async def test_a_listener_hears_no_answer_in_a_sealed_notify(
     await nursery.start(listener.run)
     enq = await submit(queue, "probe", "echo", {"value": "private"})
     [job] = await queue.claim(TYPE, "w")
-    await queue.complete(job, {"data": {"secret": "the-answer-itself"}})
+    await complete(queue, job, {"data": {"secret": "the-answer-itself"}})
     [payload] = await _heard(listener, 1)
     job_id, sealed = split_done_notify(payload)
     assert job_id == enq.job_id and sealed is not None
@@ -283,7 +283,7 @@ async def test_a_notify_forged_by_a_role_that_may_only_read_is_not_believed(
         assert waiter.row is None  # and the row is pending
         assert pump.statistics().rejected == 1 and pump.statistics().notifies == heard + 1
         [job] = await queue.claim(TYPE, "w")
-        await queue.complete(job, {"data": {"echo": "genuine"}})
+        await complete(queue, job, {"data": {"echo": "genuine"}})
         with trio.fail_after(10):
             got = await waiter.wait()
         assert got is not None and got.result == {"data": {"echo": "genuine"}}
@@ -358,7 +358,7 @@ async def _finished_unwaited(queue: QueueClient, pump: ReplyPump, value: str, re
     heard = pump.statistics().notifies
     enq = await submit(queue, "probe", "echo", {"value": value})
     [job] = await queue.claim(TYPE, "test-worker")
-    await queue.complete(job, result)
+    await complete(queue, job, result)
     await wait_until(lambda: pump.statistics().notifies > heard, within=10)
     return enq.job_id
 

@@ -25,7 +25,7 @@ from dataplane.queue import (
     wake_channel,
 )
 from tests.conftest import wait_until
-from tests.helpers import NOTIFY_SECRET
+from tests.helpers import NOTIFY_SECRET, complete, read_blob
 
 T = "surface-probe"
 
@@ -71,7 +71,7 @@ async def test_concurrent_identical_enqueues_coalesce_on_one_row(
 async def test_finished_rows_do_not_absorb_new_requests(queue: QueueClient, db: Database) -> None:
     first = await queue.enqueue(T, "k", {})
     (job,) = await queue.claim(T, "w")
-    await queue.complete(job, {"v": 1})
+    await complete(queue, job, {"v": 1})
     second = await queue.enqueue(T, "k", {})
     assert not second.coalesced and second.job_id != first.job_id
 
@@ -184,7 +184,7 @@ async def test_lapsed_lease_is_reclaimed_and_the_old_claim_is_fenced_out(
     before = await _row(db, enq.job_id)
 
     with pytest.raises(LeaseLost):
-        await queue.complete(old, {"stale": True})
+        await complete(queue, old, {"stale": True})
     assert await queue.renew([old]) == set()
     with pytest.raises(LeaseLost):
         await queue.fail(old, "stale failure")
@@ -192,7 +192,7 @@ async def test_lapsed_lease_is_reclaimed_and_the_old_claim_is_fenced_out(
     assert await _row(db, enq.job_id) == before  # untouched by every stale write
 
     assert await queue.renew([new]) == {new.id}
-    await queue.complete(new, {"fresh": True})
+    await complete(queue, new, {"fresh": True})
     row = await _row(db, enq.job_id)
     assert row["status"] == "done" and row["result"] == {"fresh": True}
     assert row["locked_by"] == "worker-b" and row["dequeue_count"] == 2
@@ -260,8 +260,8 @@ async def test_fenced_write_also_needs_the_same_worker(queue: QueueClient) -> No
     (job,) = await queue.claim(T, "worker-a")
     impostor = replace(job, worker_id="worker-b")
     with pytest.raises(LeaseLost):
-        await queue.complete(impostor, {})
-    await queue.complete(job, {})
+        await complete(queue, impostor, {})
+    await complete(queue, job, {})
 
 
 async def test_failed_job_waits_for_its_backoff_then_poisons_at_the_cutoff(
@@ -303,7 +303,7 @@ async def test_expected_error_completes_with_the_error_payload(
 ) -> None:
     enq = await queue.enqueue(T, "forbidden", {})
     (job,) = await queue.claim(T, "w")
-    await queue.complete_error(job, HttpError(403, "staff only"))
+    await complete(queue, job, HttpError(403, "staff only").to_payload())
     row = await _row(db, enq.job_id)
     assert row["status"] == "done"
     assert row["result"] == {"error": {"status": 403, "message": "staff only"}}
@@ -323,7 +323,7 @@ async def test_release_returns_the_row_without_counting_toward_poison(
         assert row["status"] == "pending" and row["dequeue_count"] == 0
         assert row["locked_by"] is None
     (job,) = await queue.claim(T, "w")
-    await queue.complete(job, {"ok": 1})
+    await complete(queue, job, {"ok": 1})
     assert (await _row(db, enq.job_id))["status"] == "done"
 
 
@@ -395,8 +395,8 @@ async def test_blob_goes_in_with_the_completion_and_only_then(
     enq = await queue.enqueue(T, "pdf", {})
     (job,) = await queue.claim(T, "w", lease_seconds=0.1)
     pdf = b"%PDF-1.7\n" + bytes(range(256)) * 10
-    await queue.complete(job, {"blobRef": {"size": len(pdf)}}, blob=Blob("application/pdf", pdf))
-    blob = await queue.get_blob(enq.job_id)
+    await complete(queue, job, {"blobRef": {"size": len(pdf)}}, blob=Blob("application/pdf", pdf))
+    blob = await read_blob(queue, enq.job_id)
     assert blob is not None and blob.data == pdf and blob.size == len(pdf)
     assert blob.content_type == "application/pdf"
 
@@ -405,10 +405,10 @@ async def test_blob_goes_in_with_the_completion_and_only_then(
     (stale,) = await queue.claim(T, "a", lease_seconds=0.1)
     fresh = await _wait_claimable(queue, "b")
     with pytest.raises(LeaseLost):
-        await queue.complete(stale, {}, blob=Blob("application/pdf", b"stale"))
-    assert await queue.get_blob(enq2.job_id) is None
-    await queue.complete(fresh, {}, blob=Blob("application/pdf", b"fresh"))
-    got = await queue.get_blob(enq2.job_id)
+        await complete(queue, stale, {}, blob=Blob("application/pdf", b"stale"))
+    assert await read_blob(queue, enq2.job_id) is None
+    await complete(queue, fresh, {}, blob=Blob("application/pdf", b"fresh"))
+    got = await read_blob(queue, enq2.job_id)
     assert got is not None and got.data == b"fresh"
 
 
@@ -512,7 +512,7 @@ async def test_done_channel_matches_the_sql_function(db: Database) -> None:
 async def test_bad_input_raises_a_clear_error(queue: QueueClient, call: object) -> None:
     with pytest.raises(InvalidArgument):
         await call(queue)  # type: ignore[operator]
-    assert (await queue.counts()) == []  # nothing written
+    assert (await queue.list_jobs()) == []  # nothing written
 
 
 def test_http_error_accepts_only_expected_statuses() -> None:

@@ -39,7 +39,7 @@ from dataplane.surfaces.manifest import (
 from dataplane.worker import JobReport, Worker, WorkerConfig
 from dataplane.worker.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
-from tests.helpers import NORTH, STAFF, envelope, session_locks, submit
+from tests.helpers import NORTH, STAFF, envelope, read_blob, session_locks, submit
 
 
 class Reports:
@@ -411,7 +411,7 @@ async def test_large_results_go_out_as_blobs(queue: QueueClient) -> None:
     ref = r_big.result["blobRef"]
     assert "url" not in ref  # the BFF alone knows its URL layout; it adds the URL
     assert ref["contentType"] == "application/json"
-    blob = await queue.get_blob(big.job_id)
+    blob = await read_blob(queue, big.job_id)
     assert blob is not None and blob.size == ref["size"] and b"x" * 5000 in blob.data
 
 

@@ -11,15 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import RSAAlgorithm
 
-from dataplane.bff.auth import (
-    JWKS_ALGORITHMS,
-    NOT_TEXT,
-    AuthError,
-    JwtVerifier,
-    auth_from_claims,
-    claims_are_text,
-    usable_keys,
-)
+from dataplane.bff.auth import JwtVerifier
+from dataplane.bff.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
+from dataplane.bff.jwks import JWKS_ALGORITHMS, usable_keys
 from dataplane.edge import ends_response
 from dataplane.errors import ConfigError
 
