@@ -87,6 +87,11 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
 
     yield start
     for proc in started:
+        if isinstance(proc, BffProcess):
+            # Killed: what the test reads it received while the test ran. By now the OTLP
+            # receiver (in the test's nursery) is gone, and a SIGTERM waited out the
+            # exporter's 10 s retry of the last export in each BFF and capcom.
+            proc.kill()
         proc.stop()
 
 
