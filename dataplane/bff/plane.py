@@ -162,5 +162,8 @@ async def _serve_plane(
                     len(surfaces),
                     ", ".join(channels),
                 )
+        except Exception as exc:  # said at once: tearing the plane down takes a while
+            state.why = f"the data plane failed ({_reason(exc)}); it restarts"
+            raise
         finally:
             state.plane = None

@@ -46,7 +46,7 @@ class Fault:
 
 @pytest.fixture
 def fault(monkeypatch: pytest.MonkeyPatch) -> Fault:
-    monkeypatch.setattr(plane_module, "RESTART_DELAYS", (0.5,))
+    monkeypatch.setattr(plane_module, "RESTART_DELAYS", (2.0,))
     return Fault(monkeypatch)
 
 
@@ -70,11 +70,11 @@ async def test_a_failed_plane_is_rebuilt_and_says_why_meanwhile(
             fault.on = True
             await wait_until(lambda: fault.struck >= 1, within=5)
             fault.on = False
-            ready = await http.get("/readyz")
+            ready = await http.get("/readyz")  # the plane restarts 2 s after it failed
             assert ready.status_code == 503
             assert "injected fault in the sweep" in ready.json()["reason"]
             refused = await post(http, "probe", "echo", {"value": "meanwhile"})
-            assert refused.status_code == 503 and "restarts in" in refused.text
+            assert refused.status_code == 503 and "restarts" in refused.text
             assert (await http.get("/healthz")).status_code == 200  # one failure: alive
         status, _, events = streamed[0]
         assert status == 200 and [e.name for e in events] == ["queued"]  # ended, no final
