@@ -36,7 +36,7 @@ from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from tests.acceptance.test_bff import STAFF, post
 from tests.conftest import wait_until
-from tests.helpers import BffProcess
+from tests.helpers import BffProcess, complete
 
 KEEP_ALIVE = Config().keep_alive_timeout  # seconds (Hypercorn's default: 5)
 PROMPT = 3.0  # seconds within which a connection that should close has closed
@@ -199,7 +199,7 @@ async def test_sigterm_stops_within_the_grace_with_clients_that_never_read(
             resp = await post(http, "probe", "echo", {"value": "large"}, STAFF)
             assert resp.status_code == 202, resp.text
         [job] = await queue.claim("surface-probe", "test-edge-connections")
-        await queue.complete(job, {"data": {"filler": "x" * ANSWER_BYTES}})
+        await complete(queue, job, {"data": {"filler": "x" * ANSWER_BYTES}})
         request = f"GET {resp.json()['pollUrl']} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         for _ in range(READ_NOTHING):
             sock = socket.socket()
