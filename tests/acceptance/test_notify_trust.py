@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import free_port
 from dataplane.queue import done_channel
-from tests.acceptance.test_bff import poll_until_done
+from tests.acceptance.test_bff import poll_until_done, post
 from tests.conftest import admin_execute
 from tests.helpers import BffProcess, SseEvent, bearer, read_sse, token
 
@@ -91,13 +91,7 @@ async def test_a_forged_answer_from_a_read_only_role_never_reaches_the_owner(
     the token poll and a bearer read all give the worker's answer."""
     await bff.wait_ready()
     async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
-        job = (
-            await http.post(
-                "/api/probe/q",
-                json={"operation": "echo", "params": {"value": "genuine"}},
-                headers=bearer(STAFF),
-            )
-        ).json()
+        job = (await post(http, "probe", "echo", {"value": "genuine"}, STAFF)).json()
         finals: list[SseEvent] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stream_final, http, job["streamUrl"], finals)
@@ -139,13 +133,7 @@ async def test_malformed_notifies_leave_the_plane_serving(
     503 "database pool is closed" while /healthz said 200)."""
     await bff.wait_ready()
     async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
-        job = (
-            await http.post(
-                "/api/probe/q",
-                json={"operation": "echo", "params": {"value": "still here"}},
-                headers=bearer(STAFF),
-            )
-        ).json()
+        job = (await post(http, "probe", "echo", {"value": "still here"}, STAFF)).json()
         finals: list[SseEvent] = []
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stream_final, http, job["streamUrl"], finals)
@@ -157,11 +145,7 @@ async def test_malformed_notifies_leave_the_plane_serving(
             await trio.sleep(1.0)
             assert not finals
             assert (await http.get("/readyz")).status_code == 200
-            again = await http.post(
-                "/api/probe/q",
-                json={"operation": "echo", "params": {"value": "after"}},
-                headers=bearer(STAFF),
-            )
+            again = await post(http, "probe", "echo", {"value": "after"}, STAFF)
             assert again.status_code == 202, again.text
             await spawn_worker()
         assert finals[0].name == "done" and finals[0].json["result"]["echo"] == "still here"
