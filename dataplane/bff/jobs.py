@@ -59,6 +59,8 @@ class JobTarget:
     scope_key: str
     grant: StreamGrant | None
     requester: str  # tokens.requester_of the caller: who a withdrawal is counted for
+    # The bearer's user; None for a URL token (its holder was granted this very job).
+    user_id: str | None = None
 
 
 def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
@@ -72,7 +74,7 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
         auth = bearer(p)
         note(job_id=str(jid), client=auth.client)
         requester = requester_of(auth.client, auth.user_id)
-        return JobTarget(jid, auth.client, auth.scope_key, None, requester)
+        return JobTarget(jid, auth.client, auth.scope_key, None, requester, auth.user_id)
     try:
         grant = p.tokens.check(token)
     except AuthError as exc:
@@ -91,7 +93,9 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     """The job's row, if ``target``'s caller may read it; 404 for every other case.
 
     The owner (type, hence tier; client; scope key) is matched in the statement
-    itself: another tenant's job id reads nothing and answers like an unknown id."""
+    itself: another tenant's job id reads nothing and answers like an unknown id. A
+    ``per_user`` job (its answer is about the user who asked) is also matched on the
+    bearer's user: a colleague with the same scope reads it as an unknown id too."""
     row = await queue_call(
         p.queue.get_owned(
             target.job_id,
@@ -100,9 +104,16 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
             scope_key=target.scope_key,
         )
     )
-    if row is None:
+    if row is None or not _users_job(row, target):
         raise ApiError(404, "no such job")
     return row
+
+
+def _users_job(row: JobRow, target: JobTarget) -> bool:
+    payload = row.payload
+    if target.user_id is None or not payload.get("perUser"):
+        return True
+    return bool(payload.get("auth", {}).get("userId") == target.user_id)
 
 
 def traceparent_of(row: JobRow) -> str | None:

@@ -3,6 +3,9 @@
 * A ``per_user`` operation (``probe.cached``) keys its job, its cache entry and its
   single flight by the caller too: bob never gets alice's answer, while two requests
   of alice's still share one job and then one cache entry.
+* A ``per_user`` job is read by its caller only: bob's bearer token reads (poll,
+  stream, blob) answer 404 for alice's job id, as for an unknown id, though the two
+  share a client and a scope.
 * A staff caller's ``u:<user>`` invalidation drops only its own client's entries;
   the service token (and ``QueueClient.invalidate``) still drops every client's.
 """
@@ -67,6 +70,23 @@ async def test_bob_asking_after_alice_gets_his_own_answer_not_her_cache_hit(
     bob = await answer_of(http, (await post(http, "probe", "cached", {"value": 1}, BOB)).json())
     assert alice["result"]["user"] == "alice" and alice["cache"] == "miss"
     assert bob["result"]["user"] == "bob" and bob["cache"] == "miss"
+
+
+async def test_another_user_reads_nothing_of_a_per_user_job(
+    http: httpx.AsyncClient, spawn_worker: Callable[..., Any]
+) -> None:
+    await spawn_worker()
+    body = (await post(http, "probe", "cached", {"value": "mine"}, ALICE)).json()
+    assert (await answer_of(http, body))["result"]["user"] == "alice"
+    job = f"/api/probe/q/{body['jobId']}"
+    for path in (job, f"{job}/stream", f"{job}/blob"):
+        resp = await http.get(path, headers=bearer(BOB))
+        assert resp.status_code == 404, (path, resp.status_code, resp.text)
+        assert "no such job" in resp.text, (path, resp.text)
+    mine = await http.get(job, headers=bearer(ALICE))
+    assert mine.status_code == 200 and mine.json()["result"]["user"] == "alice"
+    # Not a shared job's withdrawal either: bob's DELETE is an unknown id's.
+    assert (await http.delete(job, headers=bearer(BOB))).status_code == 404
 
 
 async def cache_of(http: httpx.AsyncClient, tok: str) -> str:
