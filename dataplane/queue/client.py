@@ -54,7 +54,7 @@ from dataplane.queue.records import (
     to_json,
 )
 from dataplane.queue.seal import NotifySeal
-from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type
+from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_tag
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
 MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more
@@ -317,8 +317,7 @@ class QueueClient(QueueReaders):
     async def invalidate(self, *tags: str) -> None:
         """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""
         for tag in tags:
-            if not isinstance(tag, str) or not tag or "\x00" in tag:
-                raise InvalidArgument(f"a cache tag must be a non-empty string, got {tag!r}")
+            check_tag(tag)  # every one before the first is sent
         for tag in tags:
             await self.notify(INVALIDATE_CHANNEL, tag)
 

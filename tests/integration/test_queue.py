@@ -507,6 +507,9 @@ async def test_done_channel_matches_the_sql_function(db: Database) -> None:
         lambda c: c.get("not-a-uuid"),
         lambda c: c.notify("dataplane_invalidate", "x" * 8000),
         lambda c: c.notify("x" * 64, ""),
+        lambda c: c.invalidate("u:\ud800"),
+        lambda c: c.invalidate("ok", ""),
+        lambda c: c.invalidate("t" * 10_000),
     ],
 )
 async def test_bad_input_raises_a_clear_error(queue: QueueClient, call: object) -> None:
