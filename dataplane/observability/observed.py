@@ -10,7 +10,9 @@ counted per event (free on the request path).
   reported until it expires or is withdrawn (:func:`withdraw_queue_sample`), so a
   process that lost the election stops reporting stale figures.
 * The exporter may collect from another thread: every registry and the sample are
-  read and written under one lock.
+  read and written under one lock. A tracked object's weak-reference callback takes
+  no lock (the collector may run it on a thread that holds it): it only queues the
+  key, and the next reader or writer under the lock drops it.
 
 The instruments that read this are declared in :mod:`dataplane.observability.metrics`.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -46,21 +49,34 @@ class _Pool(Protocol):
 _listeners: dict[int, tuple[weakref.ref[Any], str]] = {}
 _pools: dict[int, tuple[weakref.ref[Any], str]] = {}
 _pumps: dict[int, tuple[weakref.ref[Any], str]] = {}
+# (registry, key, reference) of collected objects; deque.append needs no lock
+_collected: deque[tuple[dict[int, tuple[weakref.ref[Any], str]], int, weakref.ref[Any]]] = deque()
+
+
+def _purge() -> None:
+    """Drop the collected objects' entries (under ``_lock``). An id may have been
+    reused by a newer object by now: only the entry holding the dead reference goes."""
+    while _collected:
+        registry, key, ref = _collected.popleft()
+        entry = registry.get(key)
+        if entry is not None and entry[0] is ref:
+            del registry[key]
 
 
 def _track(registry: dict[int, tuple[weakref.ref[Any], str]], obj: object, name: str) -> None:
     key = id(obj)
 
-    def forget(_: object) -> None:
-        with _lock:
-            registry.pop(key, None)
+    def forget(ref: weakref.ref[Any]) -> None:
+        _collected.append((registry, key, ref))
 
     with _lock:
+        _purge()
         registry[key] = (weakref.ref(obj, forget), name)
 
 
 def _live(registry: dict[int, tuple[weakref.ref[Any], str]]) -> list[tuple[Any, str]]:
     with _lock:
+        _purge()
         entries = list(registry.values())
     return [(obj, name) for ref, name in entries if (obj := ref()) is not None]
 
