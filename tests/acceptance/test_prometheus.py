@@ -299,6 +299,9 @@ async def test_every_dashboard_query_and_alert_rule_has_data(
                 await _traffic(http, bff.base, queue)
                 # A type nobody consumes: the no-consumer alert's case.
                 await submit(queue, "ghost", "echo", {})
+                # A done notify naming no job, as a role outside the plane may send.
+                await queue.notify("surface_probe_done", "forged")
+                await prom.wait_for("sum(dataplane_notify_rejected_total) >= 1")
                 ghost = '{messaging_destination_name="surface-ghost",dataplane_state="ready"}'
                 await prom.wait_for(f"dataplane_queue_depth{ghost} == 1")
                 await prom.wait_for("sum(dataplane_capcom_received_total) >= 8")
@@ -399,8 +402,12 @@ async def _check_alert_rules(prom: Prometheus) -> None:
     assert ("DataplaneNoConsumer", "surface-ghost") in active, active
     poison = await prom.wait_for('ALERTS{alertname="DataplanePoison"}')
     assert {a["metric"]["messaging_destination_name"] for a in poison} == {"surface-probe"}
+    rejected = await prom.wait_for('ALERTS{alertname="DataplaneNotifyRejected"}')
+    assert {a["metric"]["job"] for a in rejected} == {"dataplane-bff"}, rejected
     # A healthy stack raises nothing else.
-    others = await prom.query('ALERTS{alertname!~"DataplaneNoConsumer|DataplanePoison"}')
+    others = await prom.query(
+        'ALERTS{alertname!~"DataplaneNoConsumer|DataplanePoison|DataplaneNotifyRejected"}'
+    )
     assert others == [], others
 
 
