@@ -64,6 +64,7 @@ class Claimer:
         self.idle_claims = 0  # of which found nothing
         self.claimed = 0  # rows claimed
         self.poisoned = 0  # rows its claims parked as poison (their last lease lapsed)
+        self.last_tick = 0.0  # trio time of the last claim statement run (the liveness probe)
         self._wake = trio.Event()
         self._more = True  # work may be waiting: the last claim was full, or a wake came
         self._stopping = False
@@ -106,6 +107,7 @@ class Claimer:
         """Claim until :meth:`stop`, starting each claim's execution in ``jobs``."""
         config = self.config
         backoff_ms = config.poll_start_ms
+        self.last_tick = trio.current_time()
         while not self._stopping:
             free = self.held.free_slots(config.concurrency)
             self._wake = trio.Event()  # before the claim: no wake-up can be lost
@@ -124,6 +126,7 @@ class Claimer:
                 batch = ClaimBatch([], [])
                 backoff_ms = max(backoff_ms, int(DB_ERROR_BACKOFF * 1000))
             self.claims += 1
+            self.last_tick = trio.current_time()
             if batch.poisoned:
                 self.poisoned += len(batch.poisoned)
                 report_lapsed(batch.poisoned, log, found_by=f"a claim of {config.worker_id}")

@@ -108,3 +108,6 @@ class WorkerProcessConfig:
     capcom_url: str | None = setting("CAPCOM_URL", None)
     capcom_token: str = setting("CAPCOM_TOKEN", "")
     metrics_port: int | None = setting("DATAPLANE_METRICS_PORT", None, minimum=1)
+    # The address the health/metrics endpoint binds: loopback outside a container,
+    # 0.0.0.0 in one (the kubelet probes the pod's IP).
+    metrics_host: str = setting("DATAPLANE_METRICS_HOST", "127.0.0.1")

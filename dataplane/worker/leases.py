@@ -30,9 +30,11 @@ class LeaseKeeper:
         self.queue = queue
         self.held = held
         self.renewals = 0
+        self.last_tick = 0.0  # trio time the loop last woke (the liveness probe)
 
     async def run(self) -> None:
         while True:
+            self.last_tick = trio.current_time()
             await trio.sleep(self.config.renew_seconds)
             await self.renew_once()
 

@@ -20,13 +20,14 @@ from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
 from dataplane.errors import ConfigError, DatabaseUnavailable
 from dataplane.observability.metrics import initialise
-from dataplane.observability.otel import prometheus_text, setup_telemetry
+from dataplane.observability.otel import setup_telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.types import SUFFIXES
 from dataplane.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
+from dataplane.worker.health import WorkerHealth, serve_health
 from dataplane.worker.readonly import open_client_database
 from dataplane.worker.report import Reporter
 from dataplane.worker.sender import CapcomSender
@@ -100,12 +101,16 @@ async def _serve_worker(
         )
         # Booted: full collections skip what lives on; young ones are spaced out.
         freeze_startup_heap("worker", young_threshold=WORKER_YOUNG_THRESHOLD)
+        health = WorkerHealth(prometheus=prometheus)
+        health.worker, health.queue_db = worker, queue_db
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_signals, worker)
-                if prometheus and config.metrics_port:
-                    await nursery.start(_serve_metrics, config.metrics_port)
-                await worker.run()
+                nursery.start_soon(_watch_signals, worker, health)
+                if config.metrics_port:
+                    await nursery.start(
+                        serve_health, health, config.metrics_host, config.metrics_port
+                    )
+                await worker.run(task_status=health)  # health.started(): claiming
                 nursery.cancel_scope.cancel()
         finally:
             thaw_heap()
@@ -124,38 +129,11 @@ async def _wait_reachable(db: Database) -> None:
             await trio.sleep(BOOT_CONNECT_DELAY)
 
 
-METRICS_READ_TIMEOUT = 5.0  # seconds a scraper may take to send its request
-
-
-async def _serve_metrics(port: int, *, task_status: trio.TaskStatus[None]) -> None:
-    """A minimal HTTP endpoint for Prometheus: any GET gets the metrics text."""
-
-    async def handle(stream: trio.SocketStream) -> None:
-        with trio.move_on_after(METRICS_READ_TIMEOUT):
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < 8192:
-                chunk = await stream.receive_some(4096)
-                if not chunk:
-                    return
-                request += chunk
-            body = prometheus_text()
-            head = (
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            await stream.send_all(head.encode() + body)
-        await stream.aclose()
-
-    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
-    log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
-    task_status.started()
-    await trio.serve_listeners(handle, listeners)
-
-
-async def _watch_signals(worker: Worker) -> None:
+async def _watch_signals(worker: Worker, health: WorkerHealth) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         count = 0
         async for signum in signals:
             count += 1
             log.info("received %s", signal.Signals(signum).name)
+            health.claiming = False
             worker.stop(force=count > 1)

@@ -133,6 +133,11 @@ class Worker:
         self._jobs_scope = trio.CancelScope()
 
     @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (it claims no more)."""
+        return self._stopping
+
+    @property
     def cache(self) -> TtlCache:
         return self.executor.cache
 

@@ -9,12 +9,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database, q
 from dataplane.db.lock import SessionLock
+from dataplane.dev.embedded import free_port
 from dataplane.errors import DatabaseError
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
@@ -280,3 +282,63 @@ async def test_cache_invalidation_reaches_every_worker_process(
         for w in workers:
             w.stop()
         oncall.close()
+
+
+async def _get(url: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.get(url)
+
+
+async def test_health_endpoints_answer_from_outside_and_follow_shutdown(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    """/healthz and /readyz on DATAPLANE_METRICS_PORT, with or without metrics on:
+    ready while claiming, not ready (503 + reason) once SIGTERM stops the claiming
+    while a job still runs, alive throughout; then exit 0."""
+    port = free_port()
+    env = probe_env(queue_dsn, DATAPLANE_METRICS_PORT=str(port), DATAPLANE_METRICS_HOST="127.0.0.1")
+    env["DATAPLANE_METRICS"] = "0"
+    worker = WorkerProcess(env, str(tmp_path / "w.log"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        await worker.wait_ready()
+        await wait_until(lambda: _code(f"{base}/readyz", 200), within=10)
+        live = await _get(f"{base}/healthz")
+        assert live.status_code == 200 and live.json() == {"status": "ok"}
+        assert (await _get(f"{base}/metrics")).status_code == 404  # metrics are off
+        assert (await _get(f"{base}/nope")).status_code == 404
+
+        enq = await submit(queue, "probe", "sleep", {"ms": 3000})
+        await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
+        worker.signal(signal.SIGTERM)
+        await wait_until(lambda: " stopping: " in worker.output(), within=10)
+        ready = await _get(f"{base}/readyz")
+        assert ready.status_code == 503 and ready.json()["reason"] == "stopping"
+        assert (await _get(f"{base}/healthz")).status_code == 200
+        assert worker.wait(20) == 0, worker.output()
+        row = await queue.get(enq.job_id)
+        assert row is not None and row.status == "done"
+    finally:
+        worker.stop()
+
+
+async def test_metrics_are_served_beside_the_probes(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = probe_env(queue_dsn, DATAPLANE_METRICS="1", DATAPLANE_METRICS_PORT=str(port))
+    worker = WorkerProcess(env, str(tmp_path / "w.log"))
+    try:
+        await worker.wait_ready()
+        await wait_until(lambda: _code(f"http://127.0.0.1:{port}/readyz", 200), within=10)
+        metrics = await _get(f"http://127.0.0.1:{port}/metrics")
+        assert metrics.status_code == 200 and "dataplane_" in metrics.text
+    finally:
+        worker.stop()
+
+
+async def _code(url: str, status: int) -> bool:
+    try:
+        return (await _get(url)).status_code == status
+    except httpx.TransportError:
+        return False
