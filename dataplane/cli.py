@@ -238,6 +238,10 @@ def _cmd_token(args: argparse.Namespace) -> int:
 def _cmd_dev(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.ha:
+        from dataplane.dev.ha import run_ha
+
+        return run_ha(Path(args.dir) / "ha")
     from dataplane.dev.supervisor import run_dev
 
     return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp)
@@ -325,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
+    dev.add_argument(
+        "--ha",
+        action="store_true",
+        help="only a highly available Postgres (etcd, 2 Patroni nodes, HAProxy); prints its DSNs",
+    )
     dev.add_argument(
         "--otlp",
         metavar="URL",
