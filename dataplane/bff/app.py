@@ -26,6 +26,7 @@ from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.site import site
 from dataplane.bff.tokens import StreamTokens
+from dataplane.compat import install_edge
 from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers
 from dataplane.observability.logs import configure_logging
@@ -55,8 +56,12 @@ def create_app() -> QuartTrio:
     app.register_blueprint(invalidation)
 
     @app.before_serving
+    async def install_replacements() -> None:  # first: before Hypercorn takes a connection
+        install_edge(app)
+
+    @app.before_serving
     async def start_plane() -> None:
-        configure_logging()  # Hypercorn's error log joins it (dataplane.edge.EdgeLogger)
+        configure_logging()  # Hypercorn's error log joins it (dataplane.edge.serve.EdgeLogger)
         if state.telemetry is None:
             state.telemetry = setup_telemetry("dataplane-bff")
         try:

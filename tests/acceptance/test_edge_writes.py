@@ -19,7 +19,7 @@ import trio
 from hypercorn.events import RawData
 from hypercorn.trio import tcp_server
 
-from dataplane.edge import lean_socket_send
+from dataplane.compat.hypercorn import lean_socket_send
 from dataplane.queue import QueueClient
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until

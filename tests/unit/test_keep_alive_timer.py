@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from hypercorn.trio.task_group import TaskGroup
 
-from dataplane.edge import KeepAliveTimer, lean_keep_alive_timer
+from dataplane.compat.hypercorn import KeepAliveTimer, lean_keep_alive_timer
 
 
 class Timers:

@@ -21,7 +21,7 @@ from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
-from dataplane.edge import lean_protocol_send, lean_socket_send
+from dataplane.compat.hypercorn import lean_protocol_send, lean_socket_send
 
 
 class ProtocolEvents:

@@ -1,0 +1,277 @@
+"""Hypercorn 0.18: what we replace in its HTTP/1.1 trio server, and why.
+
+* ``deferred_continue`` (correctness, always on): :class:`DeferredContinueH11Protocol`
+  replaces ``hypercorn.protocol.H11Protocol`` so ``100 Continue`` goes out only once
+  the app reads the body (``docs/known-issues.md`` 2); it also joins a sized
+  response's head to its body in one socket write, and honours
+  :func:`~dataplane.edge.exchange.cork_next_write` (speed, part of the same class).
+* ``keep_alive_timer`` (speed): :class:`KeepAliveTimer` replaces
+  ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``):
+  about 7 % of the BFF's CPU under load, measured only together with the carried
+  answer (``docs/perf/notify-carried.md``).
+* ``lean_send`` (speed): :func:`lean_protocol_send` replaces
+  ``TCPServer.protocol_send`` (reads ``send_lock``): alone, SSE 2.213 -> 2.009 ms BFF
+  CPU per answer (``bench/load.py --ab``, 7 of 8 rounds), ``Prefer`` within noise
+  (``docs/perf/lean-send.md``).
+* ``edge_logger`` (ours, always on): :class:`~dataplane.edge.serve.EdgeLogger` as
+  ``hypercorn.config.Config.logger_class``.
+
+Connections are HTTP/1.1 only and closed on time whatever is installed
+(:func:`dataplane.http11.guard_connections`, a correctness workaround).
+
+Tested with hypercorn 0.18.0 (requirements.lock; pyproject.toml caps it below 0.19).
+Installed by :func:`install` from the entry points (:mod:`dataplane.compat`), never
+at import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+import h11
+import hypercorn.protocol
+import hypercorn.trio.tcp_server as hypercorn_tcp_server
+import trio
+from hypercorn.events import Closed, RawData
+from hypercorn.protocol.events import StreamClosed
+
+from dataplane.edge.exchange import current_exchange
+from dataplane.edge.serve import route_hypercorn_logs
+from dataplane.http11 import HTTP11OnlyProtocol, guard_connections
+
+DISTRIBUTION = "hypercorn"
+TESTED = ((0, 18),)  # minor versions; requirements.lock pins 0.18.0
+CORRECTNESS = ("deferred_continue", "edge_logger")
+SPEED = ("keep_alive_timer", "lean_send")
+# The private names of Hypercorn this module reads or replaces (tests/unit/test_compat.py).
+REACHES = (
+    "hypercorn.protocol.H11Protocol",
+    "hypercorn.protocol.h11.H11Protocol._send_h11_event",
+    "hypercorn.protocol.h11.H11Protocol.stream_send",
+    "hypercorn.trio.tcp_server.TrioSingleTask",
+    "hypercorn.trio.tcp_server.TCPServer.protocol_send",
+)
+
+_H11: Any = h11  # the HTTP/1.1 state machine Hypercorn speaks
+
+
+class _DeferredContinueConnection:
+    """Hypercorn's h11 server connection, reporting a client that waits for ``100
+    Continue`` only once the app asked for the body (Hypercorn then sends the 100)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.continue_wanted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def they_are_waiting_for_100_continue(self) -> bool:
+        return self.continue_wanted and bool(self._inner.they_are_waiting_for_100_continue)
+
+    def start_next_cycle(self) -> None:
+        self._inner.start_next_cycle()
+        self.continue_wanted = False
+
+
+class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
+    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.http11`), but
+    ``100 Continue`` waits for the app.
+
+    Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
+    request carrying ``Expect: 100-continue``, before the app has even seen it: a
+    client is invited to send its body to be refused (401) anyway. Here the 100 goes
+    out when the app first reads the body (:meth:`send_continue`), and never when it
+    answers first (a response ends the client's wait, RFC 9110 §10.1.1). And a sized
+    response's head is written together with its body (one socket write fewer)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = _DeferredContinueConnection(self.connection)  # type: ignore[assignment]
+        self._held = b""  # bytes of a response not written yet (they lead the next write)
+
+    async def _send_h11_event(self, event: Any) -> None:
+        # A sized response's head leaves with its body (or its end): one socket write
+        # instead of two. A stream's head (no Content-Length: its first event may be
+        # minutes away) or body part is held only when the route corked it
+        # (cork_next_write): the part that follows is known to come at once.
+        kind = type(event)
+        if kind is _H11.Response or kind is _H11.Data:
+            exchange = current_exchange()
+            corked = exchange is not None and exchange.corked
+            if corked or (
+                kind is _H11.Response and any(n == b"content-length" for n, _ in event.headers)
+            ):
+                if corked:
+                    exchange.corked = False  # type: ignore[union-attr]
+                try:
+                    self._held += self.connection.send(event) or b""
+                except _H11.LocalProtocolError:
+                    if self.connection.their_state != _H11.ERROR:
+                        raise
+                return
+        held, self._held = self._held, b""
+        try:
+            data = held + (self.connection.send(event) or b"")
+        except _H11.LocalProtocolError:
+            if self.connection.their_state != _H11.ERROR:
+                raise
+            data = held
+        if data:
+            await self.send(RawData(data=data))
+
+    async def stream_send(self, event: Any) -> None:
+        if isinstance(event, StreamClosed) and self._held:  # never lose held bytes
+            held, self._held = self._held, b""
+            await self.send(RawData(data=held))
+        await super().stream_send(event)
+
+    async def send_continue(self) -> None:
+        connection: Any = self.connection
+        if not isinstance(connection, _DeferredContinueConnection):
+            return  # upgraded to a WebSocket meanwhile
+        connection.continue_wanted = True
+        if connection.they_are_waiting_for_100_continue:
+            await self._send_h11_event(
+                _H11.InformationalResponse(
+                    status_code=100, headers=self.config.response_headers("h11")
+                )
+            )
+
+
+def defer_100_continue() -> None:
+    """Make Hypercorn serve HTTP/1.1 with :class:`DeferredContinueH11Protocol`
+    (idempotent; in effect for connections accepted from then on)."""
+    hypercorn.protocol.H11Protocol = DeferredContinueH11Protocol  # type: ignore[attr-defined]
+
+
+class KeepAliveTimer:
+    """Hypercorn's per-connection keep-alive timer (the ``TrioSingleTask`` of
+    ``hypercorn.trio.tcp_server``) without its lock and its start handshake.
+
+    Hypercorn stops the timer when a request arrives and restarts it when the
+    connection goes idle, on every keep-alive request. Its own version takes a
+    ``trio.Lock`` both times and restarts through ``nursery.start``: three scheduler
+    passes and a start handshake per request, about 7 % of the BFF's CPU under load.
+    Here neither call has a checkpoint (both are atomic under Trio without a lock);
+    the timer task is still spawned in the connection's task group, so it ends with
+    the connection, and it runs in a cancel scope of its own that the next
+    :meth:`stop` or :meth:`restart` cancels. With no checkpoint, a restart from a
+    cancelled scope (the final send of a response, ``docs/known-issues.md`` 1) still
+    starts the timer."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self) -> None:
+        self._scope: trio.CancelScope | None = None
+
+    async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+        self._scope = scope = trio.CancelScope()
+        task_group._nursery.start_soon(_keep_alive, scope, action)
+
+    async def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+
+
+async def _keep_alive(scope: trio.CancelScope, action: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await action()
+
+
+def lean_keep_alive_timer() -> None:
+    """Make Hypercorn's trio connections use :class:`KeepAliveTimer` (idempotent; in
+    effect for connections accepted from then on). Left alone when this Hypercorn's
+    trio server has no ``TrioSingleTask`` to replace (its layout changed)."""
+    if isinstance(getattr(hypercorn_tcp_server, "TrioSingleTask", None), type):
+        setattr(hypercorn_tcp_server, "TrioSingleTask", KeepAliveTimer)  # noqa: B010
+
+
+_stock_protocol_send: Callable[[Any, Any], Awaitable[None]] | None = None
+
+
+async def lean_protocol_send(server: Any, event: Any) -> None:
+    """Hypercorn's ``TCPServer.protocol_send``, but bytes that the socket takes at once
+    leave without a scheduler pass.
+
+    Stock Hypercorn takes its send lock (a checkpoint) and sends through Trio's
+    ``send_all`` (another: every Trio socket call that succeeds is followed by a
+    schedule point), so each write of a response costs its task two trips through
+    the scheduler and the resumption of the whole ASGI call chain twice. Here, when
+    no other write of the connection is under way (the lock is free: nothing can be
+    interleaved, and the write is atomic under Trio), the bytes go to the
+    non-blocking socket directly. What it does not take at once (a full send buffer)
+    follows by the stock path, under the lock, shielded once a part is out (the stock
+    path is cancellable only before its first byte) from all but the connection's end
+    (:func:`~dataplane.http11.send_until_connection_ends` is the stock path here: the
+    end of a shutdown's grace cuts it); a broken connection is handled as the stock
+    path handles it. TLS streams and every other event take the stock path. Measured
+    with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
+    """
+    stock = _stock_protocol_send
+    assert stock is not None
+    lock = getattr(server, "send_lock", None)  # a Hypercorn without one: the stock path
+    if type(event) is RawData and lock is not None and not lock.locked():
+        stream = server.stream
+        sock = getattr(stream, "socket", None)  # a TLS stream has none: stock path
+        if isinstance(stream, trio.SocketStream) and sock is not None:
+            fd = sock.fileno()
+            data = event.data
+            if fd >= 0 and not sock.did_shutdown_SHUT_WR and data:
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:  # reset or broken: as send_all's BrokenResourceError
+                    await server.protocol.handle(Closed())
+                    return
+                if sent >= len(data):
+                    return
+                if sent:  # the rest must follow, cancelled or not: the lock keeps order
+                    with trio.CancelScope(shield=True):
+                        await stock(server, RawData(data=data[sent:]))
+                    return
+    await stock(server, event)
+
+
+def lean_socket_send() -> None:
+    """Make Hypercorn's trio connections write with :func:`lean_protocol_send`
+    (once; later calls do nothing, so a wrapper installed since stays). Left alone
+    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed).
+    What it does not write itself goes to the write installed before it, which
+    :func:`~dataplane.http11.guard_connections` (called first) makes one that a
+    shutdown can end."""
+    global _stock_protocol_send
+    guard_connections()
+    server = getattr(hypercorn_tcp_server, "TCPServer", None)
+    current = getattr(server, "protocol_send", None)
+    if _stock_protocol_send is not None or server is None or current is None:
+        return
+    _stock_protocol_send = current
+    server.protocol_send = lean_protocol_send
+
+
+STOCK_H11_PROTOCOL = hypercorn.protocol.H11Protocol  # type: ignore[attr-defined]
+STOCK_SINGLE_TASK = getattr(hypercorn_tcp_server, "TrioSingleTask", None)
+
+
+def install(stock: Collection[str]) -> list[str]:
+    """Install this module's replacements except the speed ones named in ``stock``
+    (the correctness ones always); return the names installed."""
+    guard_connections()  # HTTP/1.1 only and connections closed on time: always on
+    defer_100_continue()
+    route_hypercorn_logs()
+    installed = ["deferred_continue", "edge_logger"]
+    if "keep_alive_timer" not in stock:
+        lean_keep_alive_timer()
+        installed.append("keep_alive_timer")
+    if "lean_send" not in stock:
+        lean_socket_send()
+        installed.append("lean_send")
+    return installed
