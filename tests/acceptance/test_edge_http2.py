@@ -162,9 +162,16 @@ import sys
 import hypercorn.protocol
 import hypercorn.protocol.h11
 import hypercorn.trio.tcp_server
-import dataplane.app  # installs the edge, the HTTP/1.1-only guard with it
-hypercorn.trio.tcp_server.ProtocolWrapper = hypercorn.protocol.ProtocolWrapper
-hypercorn.protocol.H11Protocol = hypercorn.protocol.h11.H11Protocol
+import dataplane.bff.app
+from dataplane.compat import install_edge
+
+def install_then_unguard(app):
+    installed = install_edge(app)  # the edge, the HTTP/1.1-only guard with it; then undone
+    hypercorn.trio.tcp_server.ProtocolWrapper = hypercorn.protocol.ProtocolWrapper
+    hypercorn.protocol.H11Protocol = hypercorn.protocol.h11.H11Protocol
+    return installed
+
+dataplane.bff.app.install_edge = install_then_unguard
 from dataplane.cli import main
 sys.exit(main(sys.argv[1:]))
 """
