@@ -5,7 +5,15 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
+
 from dataplane.observability import observed
+
+
+@pytest.fixture(autouse=True)
+def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry of this test's own: the suite's in-process BFFs have left pumps."""
+    monkeypatch.setattr(observed, "_pumps", {})
 
 
 class Pump:
