@@ -21,6 +21,7 @@ import os
 from quart_trio import QuartTrio
 
 from dataplane.compat import hypercorn, quart_trio
+from dataplane.http11 import guard_connections
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def install_edge(app: QuartTrio) -> list[str]:
         names = [*module.CORRECTNESS, *module.SPEED]
         version = importlib.metadata.version(module.DISTRIBUTION)
         if not tested(module.DISTRIBUTION, module.TESTED, version):
+            if module is hypercorn:
+                guard_connections()  # HTTP/1.1 only, closed on FIN: a safety fix, kept
             left += names
             continue
         done = hypercorn.install(stock) if module is hypercorn else quart_trio.install(app)
