@@ -49,10 +49,14 @@ KEDA_POLLING_SECONDS = 15
 KEDA_COOLDOWN_SECONDS = 300
 TMP_SIZE = "256Mi"  # the /tmp emptyDir: HOME, TMPDIR (nothing large is written)
 
-# Requests and memory limits from bench/fleet_resources.py (docs/deploy-kubernetes.md).
-# No CPU limit: a throttled BFF or worker misses its heartbeats and its SSE keep-alives.
+# Requests and memory limits from bench/fleet_resources.py (figures and reasoning in
+# docs/deploy-kubernetes.md, "Resources"): memory requests ~20 % above the peak RSS
+# measured under load; limits leave room for what that load does not show (the BFF's
+# waiting streams, a worker's large results). No CPU limit: a throttled BFF or worker
+# misses its heartbeats and its SSE keep-alives; the CPU request is what the HPA and
+# the scheduler count.
 RESOURCES: dict[str, Obj] = {
-    "bff": {"requests": {"cpu": "250m", "memory": "160Mi"}, "limits": {"memory": "384Mi"}},
+    "bff": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     "worker": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "320Mi"}},
     "capcom": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
     "migrate": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},

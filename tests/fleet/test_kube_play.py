@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import psycopg
 import pytest
 import trio
@@ -313,12 +314,10 @@ def _job(fleet: Fleet, job_id: str) -> tuple[str, int, str | None]:
 
 def _worker_pid(container: str) -> int:
     """The host pid of the ``dataplane worker`` process (tini's child) in ``container``."""
-    tini = podman("inspect", "--format", "{{.State.Pid}}", container).strip()
-    children = subprocess.run(
-        ["pgrep", "-P", tini], capture_output=True, text=True, check=True, timeout=10
-    ).stdout.split()
-    assert len(children) == 1, children
-    return int(children[0])
+    tini = int(podman("inspect", "--format", "{{.State.Pid}}", container).strip())
+    children = psutil.Process(tini).children()
+    assert len(children) == 1 and "worker" in children[0].cmdline(), children
+    return int(children[0].pid)
 
 
 async def test_a_worker_sigkilled_holding_a_job_leaves_it_redriven(fleet: Fleet) -> None:
