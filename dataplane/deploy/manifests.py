@@ -70,6 +70,7 @@ SECRETS: dict[str, dict[str, str]] = {
         "jwt-secret": "optional: HS256 secret (DATAPLANE_JWT_SECRET)",
         "jwt-public-key": "optional: PEM public key (DATAPLANE_JWT_PUBLIC_KEY)",
         "stream-secret": "optional: stream/poll URL token key (DATAPLANE_STREAM_SECRET)",
+        "metrics-token": "optional: bearer token a scraper of /metrics sends",
     },
     "dataplane-shared": {
         "notify-secret": "optional: DATAPLANE_NOTIFY_SECRET (BFF and workers)",
@@ -190,6 +191,8 @@ def _bff_deployment(image: str) -> Obj:
         from_secret("DATAPLANE_JWT_PUBLIC_KEY", "dataplane-bff", "jwt-public-key", optional=True),
         from_secret("DATAPLANE_STREAM_SECRET", "dataplane-bff", "stream-secret", optional=True),
         from_secret("DATAPLANE_NOTIFY_SECRET", "dataplane-shared", "notify-secret", optional=True),
+        # /metrics is on the public port: a scraper must send this token (unset: open).
+        from_secret("DATAPLANE_METRICS_TOKEN", "dataplane-bff", "metrics-token", optional=True),
         *plain_env(
             {
                 "DATAPLANE_BIND": f"0.0.0.0:{BFF_PORT}",

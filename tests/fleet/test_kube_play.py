@@ -92,6 +92,7 @@ def _secrets(run: str, dsn: str) -> dict[str, dict[str, str]]:
             "jwt-secret": JWT_SECRET,
             "jwt-public-key": "",
             "stream-secret": "fleet-stream-secret-of-at-least-32-chars",
+            "metrics-token": "fleet-metrics-token",
         },
         f"dataplane-shared-{run}": {"notify-secret": NOTIFY_SECRET, "capcom-token": ""},
     }
@@ -237,9 +238,10 @@ def fleet(pg_admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         fleet.play(next(n for n in fleet.workers if "-a-" in n))
         yield fleet
     finally:
-        for name in objs:
-            podman("pod", "rm", "-f", "-t", "0", fleet.pod(name), check=False)
-            podman("pod", "rm", "-f", "-t", "0", name, check=False)
+        pods = podman("pod", "ps", "--format", "{{.Name}}", check=False).split()
+        ours = [p for p in pods if p.endswith((run, f"{run}-pod-0"))]
+        if ours:
+            podman("pod", "rm", "-f", "-t", "0", *ours, check=False)
         for name in secrets:
             podman("secret", "rm", name, check=False)
         with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
