@@ -1,9 +1,8 @@
 """The OCI image under real podman: read-only root, non-root, tini, SIGTERM -> exit 0.
 
 Builds the images with scripts/build-image once per session (reused while the tag
-exists and its source-hash label matches the tree). Not done yet (issue #32): the
-kube-play fleet against the session Postgres (migrate, POST -> SSE, SIGKILL a worker
-holding a job, rolling BFF restart); its YAML goes in ONE function, kube_objects().
+exists and its source-hash label matches the tree). The rendered fleet under
+``podman kube play`` is tests/fleet/test_kube_play.py.
 """
 
 from __future__ import annotations
