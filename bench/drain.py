@@ -71,6 +71,7 @@ from bench.harness.procs import (
 )
 from bench.harness.result import Result, interruptible, print_figures
 from bench.harness.stack import QUEUE_TYPE, migrate_schema, stack_env
+from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, Gap, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import (
@@ -568,6 +569,7 @@ def run(phases: Sequence[str], plan: Plan) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
+    install_process()  # as the entry points do (DATAPLANE_STOCK_STACK honoured)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("phases", nargs="*", help=f"of {', '.join(PHASES)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")

@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from dataplane.compat import install_process
 from dataplane.config import from_env
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.errors import DataPlaneError
@@ -364,10 +365,17 @@ COMMANDS = {
 }
 
 
+# Commands that open a database in this process, whose replacements the command line
+# installs; `worker` does so in its own main, `bff` and `capcom` in their apps' startup.
+OPENS_DATABASES = frozenset({"migrate", "jobs", "maintenance", "demo-db", "invalidate", "dev"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         configure_logging(level=logging.DEBUG if args.verbose else logging.INFO)
+        if args.command in OPENS_DATABASES:
+            install_process()  # psycopg and OpenTelemetry (dataplane.compat); never at import
         if args.command in SYNC_COMMANDS:
             return SYNC_COMMANDS[args.command](args)
         code: int = trio.run(COMMANDS[args.command], args)

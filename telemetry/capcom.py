@@ -50,7 +50,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from dataplane.compat import install_edge
+from dataplane.compat import install_edge, install_process
 from dataplane.config import from_env, setting
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.edge import (
@@ -132,6 +132,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start() -> None:
+        install_process()  # psycopg, OpenTelemetry: before its database and telemetry
         install_edge(app)  # before Hypercorn takes a connection; never at import
         configure_logging()
         settings = from_env(CapcomSettings)

@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from dataplane.observability import otlp, spans
+from dataplane.compat.opentelemetry import otlp
+from dataplane.compat.opentelemetry.spans import LeanTracer
 
 BATCH = 512  # one export's spans
 ATTRIBUTES: dict[str, Any] = {
@@ -42,7 +43,7 @@ ATTRIBUTES: dict[str, Any] = {
 Make = Callable[[TracerProvider, Any], trace.Tracer]
 TRACERS: dict[str, Make] = {
     "sdk": lambda provider, _: provider.get_tracer("dataplane"),
-    "plane": lambda provider, processor: spans.LeanTracer(provider, processor, "dataplane"),
+    "plane": lambda provider, processor: LeanTracer(provider, processor, "dataplane"),
 }
 
 

@@ -17,7 +17,7 @@
   ``hypercorn.config.Config.logger_class``.
 
 Connections are HTTP/1.1 only and closed on time whatever is installed
-(:func:`dataplane.http11.guard_connections`, a correctness workaround).
+(:func:`dataplane.compat.http11.guard_connections`, a correctness workaround).
 
 Tested with hypercorn 0.18.0 (requirements.lock; pyproject.toml caps it below 0.19).
 Installed by :func:`install` from the entry points (:mod:`dataplane.compat`), never
@@ -37,9 +37,9 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.protocol.events import StreamClosed
 
+from dataplane.compat.http11 import HTTP11OnlyProtocol, guard_connections
 from dataplane.edge.exchange import current_exchange
 from dataplane.edge.serve import route_hypercorn_logs
-from dataplane.http11 import HTTP11OnlyProtocol, guard_connections
 
 DISTRIBUTION = "hypercorn"
 TESTED = ((0, 18),)  # minor versions; requirements.lock pins 0.18.0
@@ -78,7 +78,7 @@ class _DeferredContinueConnection:
 
 
 class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
-    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.http11`), but
+    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.compat.http11`), but
     ``100 Continue`` waits for the app.
 
     Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
@@ -209,7 +209,7 @@ async def lean_protocol_send(server: Any, event: Any) -> None:
     non-blocking socket directly. What it does not take at once (a full send buffer)
     follows by the stock path, under the lock, shielded once a part is out (the stock
     path is cancellable only before its first byte) from all but the connection's end
-    (:func:`~dataplane.http11.send_until_connection_ends` is the stock path here: the
+    (:func:`~dataplane.compat.http11.send_until_connection_ends` is the stock path here: the
     end of a shutdown's grace cuts it); a broken connection is handled as the stock
     path handles it. TLS streams and every other event take the stock path. Measured
     with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
@@ -245,7 +245,7 @@ def lean_socket_send() -> None:
     (once; later calls do nothing, so a wrapper installed since stays). Left alone
     when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed).
     What it does not write itself goes to the write installed before it, which
-    :func:`~dataplane.http11.guard_connections` (called first) makes one that a
+    :func:`~dataplane.compat.http11.guard_connections` (called first) makes one that a
     shutdown can end."""
     global _stock_protocol_send
     guard_connections()
