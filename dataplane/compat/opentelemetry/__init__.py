@@ -38,11 +38,9 @@ SPEED = ("lean_spans", "lean_otlp", "hashed_resource")
 REACHES = (
     "opentelemetry.sdk.trace.ReadableSpan",  # built directly: its constructor's keywords
     "opentelemetry.sdk.trace.Event",
-    "opentelemetry.sdk.trace.TracerProvider.sampler",
-    "opentelemetry.sdk.trace.TracerProvider.id_generator",
-    "opentelemetry.sdk.trace.TracerProvider.resource",
+    "opentelemetry.sdk.trace.TracerProvider",  # its instances' sampler, id_generator, resource
     "opentelemetry.sdk.util.instrumentation.InstrumentationScope",
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter.OTLPSpanExporter",  # _client
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter.OTLPSpanExporter",  # ._client
     "opentelemetry.sdk.resources.Resource.__hash__",
 )
 
