@@ -287,7 +287,27 @@ def phase_drain(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str,
 
 
 def phase_idle(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str, Any], Any]:
-    worker = workers.start("idle")
+    """An idle worker's CPU; with ``--a-env``, side a and side b one after the other,
+    ``--repeats`` times each, the order alternating (a b, b a, ...): medians of each."""
+    if not plan.a_env:
+        pct = idle_cpu_pct(workers, plan)
+        return {"idle_worker_cpu_pct": pct}, {"sample_s": plan.idle_sample_s}
+    runs: list[dict[str, Any]] = []
+    for r in range(plan.repeats):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            pct = idle_cpu_pct(workers, plan, **(dict(plan.a_env) if side == "a" else {}))
+            runs.append({"side": side, "idle_worker_cpu_pct": pct})
+            print(f"  {side} idle worker: {pct:.3f} % of a core", flush=True)
+    a = statistics.median(r["idle_worker_cpu_pct"] for r in runs if r["side"] == "a")
+    b = statistics.median(r["idle_worker_cpu_pct"] for r in runs if r["side"] == "b")
+    figures = {"idle_worker_cpu_pct": b, "idle_worker_cpu_pct_a": a}
+    if a:
+        figures["idle_worker_cpu_b_over_a"] = round(b / a, 4)
+    return figures, {"runs": runs, "a_env": plan.a_env}
+
+
+def idle_cpu_pct(workers: Workers, plan: Plan, **extra: str) -> float:
+    worker = workers.start(f"idle-{uuid.uuid4().hex[:4]}", **extra)
     try:
         time.sleep(plan.idle_settle_s)
         t0, cpu0 = time.perf_counter(), cpu_seconds(worker.pid) or 0.0
@@ -295,8 +315,7 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str, 
         t1, cpu1 = time.perf_counter(), cpu_seconds(worker.pid) or 0.0
     finally:
         worker.stop(WORKER_STOP_S)
-    pct = round(100 * (cpu1 - cpu0) / (t1 - t0), 3)
-    return {"idle_worker_cpu_pct": pct}, {"sample_s": round(t1 - t0, 2)}
+    return round(100 * (cpu1 - cpu0) / (t1 - t0), 3)
 
 
 class StatementLog:
