@@ -14,7 +14,7 @@ worker's main, the command line, the BFF's and capcom's apps from their startup)
 the apps :func:`install_edge` too, before Hypercorn accepts a connection.
 
 ``DATAPLANE_STOCK_STACK=1`` leaves every speed replacement out; a comma-separated list
-of names (``keep_alive_timer,lean_send``) leaves out those only, for an A/B. Outside
+of names (``keep_alive_timer,lean_wait``) leaves out those only, for an A/B. Outside
 the tested versions a module installs nothing and says so in one line (psycopg's
 ``running_loop`` stays: without it the plane cannot reach its database at all).
 """

@@ -31,7 +31,7 @@ was within a noise larger than the change, issue #31.)
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the
-server, :mod:`dataplane.db.waiting`). A ``KeyboardInterrupt`` or ``SystemExit`` on
+server, :mod:`dataplane.compat.psycopg`). A ``KeyboardInterrupt`` or ``SystemExit`` on
 the asyncio side reaches the loop as well as the caller, as from an asyncio task.
 """
 

@@ -206,8 +206,8 @@ def test_an_untested_psycopg_or_sdk_keeps_only_the_correctness_workaround(
 def test_kill_switch_names() -> None:
     assert compat.stock_names("") == frozenset()
     assert compat.stock_names("1") == frozenset(compat.SPEED)
-    assert compat.stock_names("lean_send") == {"lean_send"}
-    assert compat.stock_names(" keep_alive_timer , lean_send ") == {"keep_alive_timer", "lean_send"}
+    assert compat.stock_names("lean_wait") == {"lean_wait"}
+    assert compat.stock_names(" keep_alive_timer , lean_wait ") == {"keep_alive_timer", "lean_wait"}
 
 
 def test_untested_version_installs_nothing_and_says_so(
