@@ -71,6 +71,7 @@ from bench.harness.procs import (
 )
 from bench.harness.result import Result, interruptible, print_figures
 from bench.harness.stack import QUEUE_TYPE, migrate_schema, stack_env
+from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, Gap, open_bridge, open_database, q
 from dataplane.envelope import Auth, Envelope
 from dataplane.queue import (
@@ -286,7 +287,27 @@ def phase_drain(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str,
 
 
 def phase_idle(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str, Any], Any]:
-    worker = workers.start("idle")
+    """An idle worker's CPU; with ``--a-env``, side a and side b one after the other,
+    ``--repeats`` times each, the order alternating (a b, b a, ...): medians of each."""
+    if not plan.a_env:
+        pct = idle_cpu_pct(workers, plan)
+        return {"idle_worker_cpu_pct": pct}, {"sample_s": plan.idle_sample_s}
+    runs: list[dict[str, Any]] = []
+    for r in range(plan.repeats):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            pct = idle_cpu_pct(workers, plan, **(dict(plan.a_env) if side == "a" else {}))
+            runs.append({"side": side, "idle_worker_cpu_pct": pct})
+            print(f"  {side} idle worker: {pct:.3f} % of a core", flush=True)
+    a = statistics.median(r["idle_worker_cpu_pct"] for r in runs if r["side"] == "a")
+    b = statistics.median(r["idle_worker_cpu_pct"] for r in runs if r["side"] == "b")
+    figures = {"idle_worker_cpu_pct": b, "idle_worker_cpu_pct_a": a}
+    if a:
+        figures["idle_worker_cpu_b_over_a"] = round(b / a, 4)
+    return figures, {"runs": runs, "a_env": plan.a_env}
+
+
+def idle_cpu_pct(workers: Workers, plan: Plan, **extra: str) -> float:
+    worker = workers.start(f"idle-{uuid.uuid4().hex[:4]}", **extra)
     try:
         time.sleep(plan.idle_settle_s)
         t0, cpu0 = time.perf_counter(), cpu_seconds(worker.pid) or 0.0
@@ -294,8 +315,7 @@ def phase_idle(server: Server, workers: Workers, plan: Plan) -> tuple[dict[str, 
         t1, cpu1 = time.perf_counter(), cpu_seconds(worker.pid) or 0.0
     finally:
         worker.stop(WORKER_STOP_S)
-    pct = round(100 * (cpu1 - cpu0) / (t1 - t0), 3)
-    return {"idle_worker_cpu_pct": pct}, {"sample_s": round(t1 - t0, 2)}
+    return round(100 * (cpu1 - cpu0) / (t1 - t0), 3)
 
 
 class StatementLog:
@@ -568,6 +588,7 @@ def run(phases: Sequence[str], plan: Plan) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
+    install_process()  # as the entry points do (DATAPLANE_STOCK_STACK honoured)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("phases", nargs="*", help=f"of {', '.join(PHASES)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="small counts (smoke run)")

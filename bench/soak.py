@@ -119,6 +119,7 @@ from bench.harness.procs import (
 from bench.harness.result import Result, interruptible
 from bench.harness.stack import migrate_schema, stack_env, start_bff, wait_serving
 from dataplane.bff.auth import mint_token
+from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS
 from dataplane.queue.reaper import RetentionConfig, reap_once
@@ -1087,6 +1088,7 @@ def run(plan: Plan, real_blob_ttl: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    install_process()  # as the entry points do (DATAPLANE_STOCK_STACK honoured)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--minutes", type=float, default=10.0, help="load duration (default 10)")
     parser.add_argument("--quick", action="store_true", help="1 minute (CI-sized)")

@@ -7,14 +7,15 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import trio
 
+from dataplane.compat import install_process
 from dataplane.config import from_env
-from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.deploy.command import add_parser as add_deploy_parser
-from dataplane.deploy.command import run as _cmd_deploy
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.deploy import command as deploy_command
 from dataplane.errors import DataPlaneError
 from dataplane.observability.logs import configure_logging
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
@@ -27,21 +28,19 @@ def _queues_url() -> str:
     return from_env(QueueConfig).require_url()
 
 
+def _queue_db(name: str) -> AbstractAsyncContextManager[Database]:
+    return open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name=name))
+
+
 async def _cmd_migrate(args: argparse.Namespace) -> int:
-    async with (
-        open_bridge(),
-        open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name="migrate")) as db,
-    ):
+    async with open_bridge(), _queue_db("migrate") as db:
         applied = await migrate(db)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     return 0
 
 
 async def _cmd_jobs(args: argparse.Namespace) -> int:
-    async with (
-        open_bridge(),
-        open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name="jobs")) as db,
-    ):
+    async with open_bridge(), _queue_db("jobs") as db:
         client = QueueClient(db)
         if args.action == "retry":
             if not args.job_id:
@@ -81,12 +80,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
 async def _cmd_maintenance(args: argparse.Namespace) -> int:
     from dataplane.queue.maintenance import Maintenance
 
-    async with (
-        open_bridge(),
-        open_database(
-            DatabaseConfig(_queues_url(), pool_size=1, application_name="maintenance")
-        ) as db,
-    ):
+    async with open_bridge(), _queue_db("maintenance") as db:
         maintenance = Maintenance(db, interval=args.interval)
         if not args.once:
             await maintenance.run()  # until Ctrl-C / SIGTERM ends the process
@@ -256,22 +250,7 @@ def _job_json(job: object) -> dict[str, object]:
     return asdict(job)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dataplane", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    sub.add_parser("migrate", help="apply sql/ migrations to MAESTRO_QUEUES_URL")
-
-    jobs = sub.add_parser("jobs", help="operators' view of the queue; retry a poison job")
-    jobs.add_argument("action", nargs="?", choices=["list", "show", "retry"], default="list")
-    jobs.add_argument("job_id", nargs="?")
-    jobs.add_argument("--status", choices=STATUSES)
-    jobs.add_argument("--type")
-    jobs.add_argument("--limit", type=int, default=50)
-
-    sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
-
+def _add_serve_parsers(sub: Any) -> None:
     for role, what, bind in (
         ("bff", "the surface BFF", "DATAPLANE_BIND, else 127.0.0.1:8000"),
         ("capcom", "the telemetry receiver", "CAPCOM_BIND, else 127.0.0.1:8001"),
@@ -297,6 +276,25 @@ def build_parser() -> argparse.ArgumentParser:
             help="on SIGTERM, requests in flight may take this long, then their connections "
             "are closed (default: DATAPLANE_SHUTDOWN_GRACE_SECONDS, else 5)",
         )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dataplane", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("migrate", help="apply sql/ migrations to MAESTRO_QUEUES_URL")
+
+    jobs = sub.add_parser("jobs", help="operators' view of the queue; retry a poison job")
+    jobs.add_argument("action", nargs="?", choices=["list", "show", "retry"], default="list")
+    jobs.add_argument("job_id", nargs="?")
+    jobs.add_argument("--status", choices=STATUSES)
+    jobs.add_argument("--type")
+    jobs.add_argument("--limit", type=int, default=50)
+
+    sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
+
+    _add_serve_parsers(sub)
 
     surf = sub.add_parser("surfaces", help="every registered surface and operation")
     surf.add_argument("--json", action="store_true", help="one JSON array, for tooling")
@@ -331,11 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
-    dev.add_argument(
-        "--ha",
-        action="store_true",
-        help="only a highly available Postgres (etcd, 2 Patroni nodes, HAProxy); prints its DSNs",
-    )
+    dev.add_argument("--ha", action="store_true", help="only an HA Postgres (Patroni); its DSNs")
     dev.add_argument(
         "--otlp",
         metavar="URL",
@@ -343,16 +337,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. http://127.0.0.1:4318)",
     )
 
-    add_deploy_parser(sub)
+    deploy_command.add_parser(sub)
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
     return parser
 
 
+OPENS_DATABASES = frozenset({"migrate", "jobs", "maintenance", "demo-db", "invalidate", "dev"})
 SYNC_COMMANDS = {
     "token": _cmd_token,
     "dev": _cmd_dev,
-    "deploy": _cmd_deploy,
+    "deploy": deploy_command.run,
     "surfaces": _cmd_surfaces,
     "new-surface": _cmd_new_surface,
 }
@@ -372,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         configure_logging(level=logging.DEBUG if args.verbose else logging.INFO)
+        if args.command in OPENS_DATABASES:  # worker, bff, capcom: in their own startup
+            install_process()  # psycopg and OpenTelemetry (dataplane.compat)
         if args.command in SYNC_COMMANDS:
             return SYNC_COMMANDS[args.command](args)
         code: int = trio.run(COMMANDS[args.command], args)

@@ -50,7 +50,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from dataplane.compat import install_edge
+from dataplane.compat import install_edge, install_process
 from dataplane.config import from_env, setting
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.edge import (
@@ -132,29 +132,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start() -> None:
-        install_edge(app)  # before Hypercorn takes a connection; never at import
-        configure_logging()
-        settings = from_env(CapcomSettings)
-        state.telemetry = setup_telemetry(SERVICE_NAME)
-        state.metrics = state.telemetry.prometheus
-        state.metrics_token = settings.metrics_token
-        if state.metrics and not settings.metrics_token:
-            log.warning(
-                "GET /metrics is served to anyone who reaches this port: "
-                "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
-            )
-        initialise("capcom")
-        state.token = settings.token
-        if settings.token is None:
-            log.warning("capcom: CAPCOM_TOKEN is not set; every report is answered 503")
-        if settings.db_url is None:
-            state.why = (
-                "capcom is not configured: set CAPCOM_DB_URL or MAESTRO_QUEUES_URL "
-                "(the database holding worker_runs)"
-            )
-            log.warning("%s; reports are answered 503", state.why)
-            return
-        await app.nursery.start(_serve_db, settings.db_url, state)
+        await _start(app, state)
 
     @app.after_serving
     async def stop() -> None:
@@ -207,6 +185,35 @@ def create_app() -> QuartTrio:
         return Response("", status=204)
 
     return app
+
+
+async def _start(app: QuartTrio, state: _State) -> None:
+    """Replacements, logging, settings, telemetry; then the database, in a task of the
+    app's nursery, when one is configured."""
+    install_process()  # psycopg, OpenTelemetry: before its database and telemetry
+    install_edge(app)  # before Hypercorn takes a connection; never at import
+    configure_logging()
+    settings = from_env(CapcomSettings)
+    state.telemetry = setup_telemetry(SERVICE_NAME)
+    state.metrics = state.telemetry.prometheus
+    state.metrics_token = settings.metrics_token
+    if state.metrics and not settings.metrics_token:
+        log.warning(
+            "GET /metrics is served to anyone who reaches this port: "
+            "set DATAPLANE_METRICS_TOKEN to require it as a bearer token"
+        )
+    initialise("capcom")
+    state.token = settings.token
+    if settings.token is None:
+        log.warning("capcom: CAPCOM_TOKEN is not set; every report is answered 503")
+    if settings.db_url is None:
+        state.why = (
+            "capcom is not configured: set CAPCOM_DB_URL or MAESTRO_QUEUES_URL "
+            "(the database holding worker_runs)"
+        )
+        log.warning("%s; reports are answered 503", state.why)
+        return
+    await app.nursery.start(_serve_db, settings.db_url, state)
 
 
 def _authorize(expected: str) -> None:

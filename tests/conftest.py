@@ -20,6 +20,7 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from dataplane.compat import install_process
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
 from dataplane.queue import QueueClient, QueueConfig
@@ -129,6 +130,13 @@ def _with_db(dsn: str, dbname: str) -> str:
     params = conninfo_to_dict(dsn)
     params["dbname"] = dbname
     return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _process_replacements() -> None:
+    """psycopg's and OpenTelemetry's replacements, as every entry point installs them
+    (``DATAPLANE_STOCK_STACK`` honoured): the tests' own connections are the plane's."""
+    install_process()
 
 
 @pytest.fixture(scope="session")

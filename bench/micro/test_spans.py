@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from dataplane.observability import otlp, spans
+from dataplane.compat.opentelemetry import otlp
+from dataplane.compat.opentelemetry.spans import LeanTracer
 
 BATCH = 512  # one export's spans
 ATTRIBUTES: dict[str, Any] = {
@@ -42,7 +43,7 @@ ATTRIBUTES: dict[str, Any] = {
 Make = Callable[[TracerProvider, Any], trace.Tracer]
 TRACERS: dict[str, Make] = {
     "sdk": lambda provider, _: provider.get_tracer("dataplane"),
-    "plane": lambda provider, processor: spans.LeanTracer(provider, processor, "dataplane"),
+    "plane": lambda provider, processor: LeanTracer(provider, processor, "dataplane"),
 }
 
 
@@ -102,3 +103,24 @@ def test_encode(benchmark: Any, encoder: str) -> None:
         benchmark(lambda: sdk_encode(batch).SerializePartialToString())
     else:
         benchmark(otlp.encode_spans, batch)
+
+
+@pytest.mark.benchmark(group=f"SDK OTLP encode, {BATCH} spans, the process's resource")
+@pytest.mark.parametrize("resource", ["sdk", "hashed"])
+def test_encode_resource(benchmark: Any, resource: str) -> None:
+    """The SDK's encoder (gRPC, or OTLP/HTTP without ``lean_otlp``) hashes the resource
+    once a span: the process's resource (19 attributes here) as built, or hashed once."""
+    from dataplane.compat.opentelemetry import hashed_resource
+    from dataplane.observability import otel
+
+    built = otel._resource("dataplane-worker", {"dataplane.surface": "surface-probe"})
+    own = hashed_resource(built) if resource == "hashed" else built
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=own)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("dataplane")
+    for _ in range(BATCH):
+        with tracer.start_as_current_span("process", kind=SpanKind.CONSUMER, attributes=ATTRIBUTES):
+            pass
+    batch = exporter.get_finished_spans()
+    benchmark(lambda: sdk_encode(batch).SerializePartialToString())

@@ -26,7 +26,7 @@ from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.site import site
 from dataplane.bff.tokens import StreamTokens
-from dataplane.compat import install_edge
+from dataplane.compat import install_edge, install_process
 from dataplane.config import from_env
 from dataplane.edge import RequireTrio, install_error_handlers
 from dataplane.observability.logs import configure_logging
@@ -57,6 +57,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def install_replacements() -> None:  # first: before Hypercorn takes a connection
+        install_process()  # psycopg, OpenTelemetry: before the plane and its telemetry
         install_edge(app)
 
     @app.before_serving

@@ -1,15 +1,22 @@
 """Everything that reaches into a dependency's internals, installed explicitly.
 
-One module per upstream (:mod:`~dataplane.compat.hypercorn`,
-:mod:`~dataplane.compat.quart_trio`); each says what it replaces, why, the versions it
-was tested with (``TESTED``) and which replacements are correctness workarounds
-(``CORRECTNESS``: always on) and which are for speed (``SPEED``). Nothing is installed
-at import: the entry points call :func:`install_edge` (the BFF's and capcom's apps,
-from their startup, before Hypercorn accepts a connection).
+One module per upstream (:mod:`~dataplane.compat.hypercorn` with
+:mod:`~dataplane.compat.http11`, :mod:`~dataplane.compat.quart_trio`,
+:mod:`~dataplane.compat.psycopg`, :mod:`~dataplane.compat.opentelemetry`); each says
+what it replaces, why, the versions it was tested with (``TESTED``), the private names
+it reads (``REACHES``), and which replacements are correctness workarounds
+(``CORRECTNESS``: always on) and which are for speed (``SPEED``). Only this package
+imports the private modules of those libraries (``tests/unit/test_private_imports.py``).
+trio-asyncio needs no module: :mod:`dataplane.db.bridge` uses its public API.
+
+Nothing is installed at import: the entry points call :func:`install_process` (the
+worker's main, the command line, the BFF's and capcom's apps from their startup) and
+the apps :func:`install_edge` too, before Hypercorn accepts a connection.
 
 ``DATAPLANE_STOCK_STACK=1`` leaves every speed replacement out; a comma-separated list
-of names (``keep_alive_timer,lean_send``) leaves out those only, for an A/B. Outside
-the tested versions a module installs nothing and says so in one line.
+of names (``keep_alive_timer,lean_wait``) leaves out those only, for an A/B. Outside
+the tested versions a module installs nothing and says so in one line (psycopg's
+``running_loop`` stays: without it the plane cannot reach its database at all).
 """
 
 from __future__ import annotations
@@ -20,13 +27,13 @@ import os
 
 from quart_trio import QuartTrio
 
-from dataplane.compat import hypercorn, quart_trio
-from dataplane.http11 import guard_connections
+from dataplane.compat import hypercorn, opentelemetry, psycopg, quart_trio
+from dataplane.compat.http11 import guard_connections
 
 log = logging.getLogger(__name__)
 
 STOCK_STACK = "DATAPLANE_STOCK_STACK"
-SPEED = (*hypercorn.SPEED, *quart_trio.SPEED)
+SPEED = (*hypercorn.SPEED, *quart_trio.SPEED, *psycopg.SPEED, *opentelemetry.SPEED)
 
 
 def stock_names(value: str | None = None) -> frozenset[str]:
@@ -80,6 +87,34 @@ def install_edge(app: QuartTrio) -> list[str]:
         left += [name for name in names if name not in done]
     log.info(
         "edge replacements installed: %s; not installed: %s",
+        ", ".join(installed) or "none",
+        ", ".join(left) or "none",
+    )
+    return installed
+
+
+def install_process() -> list[str]:
+    """Install what every process gets (psycopg's and the OpenTelemetry SDK's
+    replacements; idempotent): from the entry points, before a database connection is
+    opened or telemetry is set up. Log one line saying what was installed and what not."""
+    stock = stock_names()
+    installed: list[str] = []
+    left: list[str] = []
+    for module in (psycopg, opentelemetry):
+        names = [*module.CORRECTNESS, *module.SPEED]
+        version = importlib.metadata.version(module.DISTRIBUTION)
+        if not tested(module.DISTRIBUTION, module.TESTED, version):
+            if module is psycopg:
+                psycopg.bind_running_loop()  # correctness: the plane's only way to its DB
+                installed.append("running_loop")
+            module.install(frozenset(module.SPEED))  # the stock path, whatever ran before
+            left += [name for name in names if name not in installed]
+            continue
+        done = module.install(stock)
+        installed += done
+        left += [name for name in names if name not in done]
+    log.info(
+        "process replacements installed: %s; not installed: %s",
         ", ".join(installed) or "none",
         ", ".join(left) or "none",
     )

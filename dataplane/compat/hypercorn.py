@@ -7,17 +7,16 @@
   :func:`~dataplane.edge.exchange.cork_next_write` (speed, part of the same class).
 * ``keep_alive_timer`` (speed): :class:`KeepAliveTimer` replaces
   ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``):
-  about 7 % of the BFF's CPU under load, measured only together with the carried
-  answer (``docs/perf/notify-carried.md``).
-* ``lean_send`` (speed): :func:`lean_protocol_send` replaces
-  ``TCPServer.protocol_send`` (reads ``send_lock``): alone, SSE 2.213 -> 2.009 ms BFF
-  CPU per answer (``bench/load.py --ab``, 7 of 8 rounds), ``Prefer`` within noise
-  (``docs/perf/lean-send.md``).
+  against the stock path, alternated, BFF CPU per ``Prefer`` answer 0.83 of stock
+  (``docs/perf/compat-ab.md``).
+* (``lean_send``, which replaced ``TCPServer.protocol_send`` to write without a
+  scheduler pass, was removed: against the stock path, alternated, it did not show 5 %
+  on ``bench/load.py --ab``; ``docs/perf/compat-ab.md``.)
 * ``edge_logger`` (ours, always on): :class:`~dataplane.edge.serve.EdgeLogger` as
   ``hypercorn.config.Config.logger_class``.
 
 Connections are HTTP/1.1 only and closed on time whatever is installed
-(:func:`dataplane.http11.guard_connections`, a correctness workaround).
+(:func:`dataplane.compat.http11.guard_connections`, a correctness workaround).
 
 Tested with hypercorn 0.18.0 (requirements.lock; pyproject.toml caps it below 0.19).
 Installed by :func:`install` from the entry points (:mod:`dataplane.compat`), never
@@ -26,7 +25,6 @@ at import.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -34,17 +32,17 @@ import h11
 import hypercorn.protocol
 import hypercorn.trio.tcp_server as hypercorn_tcp_server
 import trio
-from hypercorn.events import Closed, RawData
+from hypercorn.events import RawData
 from hypercorn.protocol.events import StreamClosed
 
+from dataplane.compat.http11 import HTTP11OnlyProtocol, guard_connections
 from dataplane.edge.exchange import current_exchange
 from dataplane.edge.serve import route_hypercorn_logs
-from dataplane.http11 import HTTP11OnlyProtocol, guard_connections
 
 DISTRIBUTION = "hypercorn"
 TESTED = ((0, 18),)  # minor versions; requirements.lock pins 0.18.0
 CORRECTNESS = ("deferred_continue", "edge_logger")
-SPEED = ("keep_alive_timer", "lean_send")
+SPEED = ("keep_alive_timer",)
 # The private names of Hypercorn this module reads or replaces (tests/unit/test_compat.py).
 REACHES = (
     "hypercorn.protocol.H11Protocol",
@@ -78,7 +76,7 @@ class _DeferredContinueConnection:
 
 
 class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
-    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.http11`), but
+    """Hypercorn's HTTP/1.1 protocol (HTTP/1.1 only: :mod:`dataplane.compat.http11`), but
     ``100 Continue`` waits for the app.
 
     Stock Hypercorn sends ``100 Continue`` as soon as it has parsed the headers of a
@@ -193,70 +191,6 @@ def lean_keep_alive_timer() -> None:
         setattr(hypercorn_tcp_server, "TrioSingleTask", KeepAliveTimer)  # noqa: B010
 
 
-_stock_protocol_send: Callable[[Any, Any], Awaitable[None]] | None = None
-
-
-async def lean_protocol_send(server: Any, event: Any) -> None:
-    """Hypercorn's ``TCPServer.protocol_send``, but bytes that the socket takes at once
-    leave without a scheduler pass.
-
-    Stock Hypercorn takes its send lock (a checkpoint) and sends through Trio's
-    ``send_all`` (another: every Trio socket call that succeeds is followed by a
-    schedule point), so each write of a response costs its task two trips through
-    the scheduler and the resumption of the whole ASGI call chain twice. Here, when
-    no other write of the connection is under way (the lock is free: nothing can be
-    interleaved, and the write is atomic under Trio), the bytes go to the
-    non-blocking socket directly. What it does not take at once (a full send buffer)
-    follows by the stock path, under the lock, shielded once a part is out (the stock
-    path is cancellable only before its first byte) from all but the connection's end
-    (:func:`~dataplane.http11.send_until_connection_ends` is the stock path here: the
-    end of a shutdown's grace cuts it); a broken connection is handled as the stock
-    path handles it. TLS streams and every other event take the stock path. Measured
-    with ``bench/bff_ab.py``: ``bench/results/lean-send.md``.
-    """
-    stock = _stock_protocol_send
-    assert stock is not None
-    lock = getattr(server, "send_lock", None)  # a Hypercorn without one: the stock path
-    if type(event) is RawData and lock is not None and not lock.locked():
-        stream = server.stream
-        sock = getattr(stream, "socket", None)  # a TLS stream has none: stock path
-        if isinstance(stream, trio.SocketStream) and sock is not None:
-            fd = sock.fileno()
-            data = event.data
-            if fd >= 0 and not sock.did_shutdown_SHUT_WR and data:
-                try:
-                    sent = os.write(fd, data)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:  # reset or broken: as send_all's BrokenResourceError
-                    await server.protocol.handle(Closed())
-                    return
-                if sent >= len(data):
-                    return
-                if sent:  # the rest must follow, cancelled or not: the lock keeps order
-                    with trio.CancelScope(shield=True):
-                        await stock(server, RawData(data=data[sent:]))
-                    return
-    await stock(server, event)
-
-
-def lean_socket_send() -> None:
-    """Make Hypercorn's trio connections write with :func:`lean_protocol_send`
-    (once; later calls do nothing, so a wrapper installed since stays). Left alone
-    when this Hypercorn's ``TCPServer`` has no ``protocol_send`` (its layout changed).
-    What it does not write itself goes to the write installed before it, which
-    :func:`~dataplane.http11.guard_connections` (called first) makes one that a
-    shutdown can end."""
-    global _stock_protocol_send
-    guard_connections()
-    server = getattr(hypercorn_tcp_server, "TCPServer", None)
-    current = getattr(server, "protocol_send", None)
-    if _stock_protocol_send is not None or server is None or current is None:
-        return
-    _stock_protocol_send = current
-    server.protocol_send = lean_protocol_send
-
-
 STOCK_H11_PROTOCOL = hypercorn.protocol.H11Protocol  # type: ignore[attr-defined]
 STOCK_SINGLE_TASK = getattr(hypercorn_tcp_server, "TrioSingleTask", None)
 
@@ -271,7 +205,4 @@ def install(stock: Collection[str]) -> list[str]:
     if "keep_alive_timer" not in stock:
         lean_keep_alive_timer()
         installed.append("keep_alive_timer")
-    if "lean_send" not in stock:
-        lean_socket_send()
-        installed.append("lean_send")
     return installed

@@ -21,13 +21,17 @@ bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``
   by ``remove_reader``. :func:`wait_fd` spawns one plain waiter in a nursery the
   bridge owns (:func:`open_bridge`), which resolves the asyncio future and ends.
 
-Both use trio-asyncio's and asyncio's public API only. (A replacement of
+Both use trio-asyncio's and asyncio's public API only (``trio_asyncio.open_loop``,
+``trio_asyncio.current_loop``, the loop's ``create_task`` / ``create_future``), and
+rely on trio-asyncio running the loop's handles in a Trio task of this thread, its
+design (``tests/unit/test_compat.py`` pins it). psycopg is made to find this loop by
+:mod:`dataplane.compat.psycopg` (``running_loop``), installed by the entry points. (A replacement of
 trio-asyncio's loop step, which ran ready handles in a row, was removed: its gain
 was within a noise larger than the change, issue #31.)
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the
-server, :mod:`dataplane.db.waiting`). A ``KeyboardInterrupt`` or ``SystemExit`` on
+server, :mod:`dataplane.compat.psycopg`). A ``KeyboardInterrupt`` or ``SystemExit`` on
 the asyncio side reaches the loop as well as the caller, as from an asyncio task.
 """
 
@@ -42,26 +46,6 @@ from typing import Any, TypeVar
 import outcome
 import trio
 import trio_asyncio
-
-
-def _bind_psycopg_to_bridge() -> None:
-    """Make psycopg find trio-asyncio's loop.
-
-    trio-asyncio replaces ``asyncio.get_running_loop`` with a version that knows
-    its loop; ``psycopg.waiting`` binds the name at import, so when psycopg was
-    imported before trio-asyncio it would hold the original and fail with "no
-    running event loop". Rebinding it here makes import order irrelevant.
-    """
-    import asyncio
-
-    import psycopg.waiting
-
-    if getattr(psycopg.waiting, "get_running_loop", None) is not asyncio.get_running_loop:
-        setattr(psycopg.waiting, "get_running_loop", asyncio.get_running_loop)  # noqa: B010
-
-
-_bind_psycopg_to_bridge()
-
 
 T = TypeVar("T")
 

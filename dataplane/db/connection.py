@@ -19,7 +19,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 
 from dataplane.db.bridge import run_on_loop
-from dataplane.db.waiting import LeanConnection
 from dataplane.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -100,10 +99,25 @@ def startup_options(config: DatabaseConfig) -> str:
     return " ".join(part for part in parts if part)
 
 
+# The class every connection is opened with: psycopg's own, or what the entry points'
+# dataplane.compat.psycopg installs (LeanConnection: less a loop timer per wait).
+_connection_class: type[psycopg.AsyncConnection[Any]] = psycopg.AsyncConnection
+
+
+def use_connection_class(cls: type[psycopg.AsyncConnection[Any]] | None) -> None:
+    """Open connections from now on with ``cls`` (None: psycopg's ``AsyncConnection``).
+    The hook of :mod:`dataplane.compat.psycopg`; nothing here calls it."""
+    global _connection_class
+    _connection_class = psycopg.AsyncConnection if cls is None else cls
+
+
+def connection_class() -> type[psycopg.AsyncConnection[Any]]:
+    return _connection_class
+
+
 async def connect(config: DatabaseConfig, loop: Any) -> Connection:
     async def connect() -> Connection:
-        # LeanConnection: psycopg's, less a loop timer per wait (dataplane.db.waiting).
-        return await LeanConnection[DictRow].connect(
+        return await _connection_class.connect(
             config.dsn,
             autocommit=True,
             row_factory=dict_row,

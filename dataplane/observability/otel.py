@@ -20,9 +20,8 @@ used, so instrumented code costs next to nothing and exports nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
@@ -101,17 +100,11 @@ def setup_telemetry(
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        if grpc:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:  # the SDK's OTLP/HTTP exporter with a cheaper encoder
-            from dataplane.observability.otlp import (  # type: ignore[assignment]
-                SpanExporter as OTLPSpanExporter,
-            )
         from dataplane.observability import spans
         from dataplane.observability.tracing import TRACER_NAME
 
         tracer_provider = TracerProvider(resource=resource)
-        processor = BatchSpanProcessor(OTLPSpanExporter())
+        processor = BatchSpanProcessor(_span_exporter(grpc))
         tracer_provider.add_span_processor(processor)
         trace.set_tracer_provider(tracer_provider)
         spans.install(tracer_provider, processor, TRACER_NAME)
@@ -154,6 +147,38 @@ def setup_telemetry(
     return telemetry
 
 
+# Hooks of dataplane.compat.opentelemetry (installed by the entry points): the class of
+# the OTLP/HTTP span exporter, and what wraps the process's resource. None: the SDK's.
+_http_span_exporter: Callable[[], Any] | None = None
+_resource_wrapper: Callable[[Any], Any] | None = None
+
+
+def use_http_span_exporter(factory: Callable[[], Any] | None) -> None:
+    """OTLP/HTTP span exporters made from now on come from ``factory`` (None: the SDK's)."""
+    global _http_span_exporter
+    _http_span_exporter = factory
+
+
+def use_resource_wrapper(wrap: Callable[[Any], Any] | None) -> None:
+    """Resources made from now on are ``wrap(resource)`` (None: the SDK's as built)."""
+    global _resource_wrapper
+    _resource_wrapper = wrap
+
+
+def _span_exporter(grpc: bool) -> Any:
+    if grpc:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    if _http_span_exporter is not None:
+        return _http_span_exporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
+        OTLPSpanExporter,
+    )
+
+    return OTLPSpanExporter()
+
+
 def _resource(service: str, attributes: Mapping[str, str] | None) -> Any:
     """The process's resource: its service (name, version, instance id), host and pid.
 
@@ -175,30 +200,7 @@ def _resource(service: str, attributes: Mapping[str, str] | None) -> Any:
     detected = get_aggregated_resources(detectors, Resource.get_empty())
     ours = {"service.name": service, "service.version": _version(), **(attributes or {})}
     merged = detected.merge(Resource.create(ours))
-    return _hashed_resource_type()(merged.attributes, merged.schema_url)
-
-
-@cache
-def _hashed_resource_type() -> type:
-    """A :class:`Resource` whose hash is worked out once, when it is made.
-
-    The SDK's ``Resource.__hash__`` JSON-encodes every attribute on each call, and
-    the OTLP encoders key a dict by the resource once per span exported: about
-    35 us a span with this process's 19 attributes, on the exporter thread that
-    shares the GIL with the event loop (``bench/tracing.py``). A resource is
-    immutable, so one hash holds for its life.
-    """
-    from opentelemetry.sdk.resources import Resource
-
-    class HashedResource(Resource):
-        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-            super().__init__(attributes, schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-    return HashedResource
+    return merged if _resource_wrapper is None else _resource_wrapper(merged)
 
 
 def _version() -> str:

@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 
 import trio
 
+from dataplane.compat import install_process
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
 from dataplane.errors import ConfigError, DatabaseUnavailable
@@ -41,6 +42,7 @@ BOOT_CONNECT_DELAY = 2.0  # seconds between them
 
 async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None = None) -> int:
     """Boot checks, telemetry, then the worker until a signal stops it."""
+    install_process()  # psycopg, OpenTelemetry (dataplane.compat): never at import
     surface, queue_type = surface_for_queue_type(config.worker.queue_type, config.surfaces)
     telemetry = setup_telemetry(
         "dataplane-worker", attributes={"dataplane.surface": queue_type.surface}

@@ -1,6 +1,6 @@
 """The connection guards alone, on Hypercorn's own serving stack.
 
-``dataplane.http11.guard_connections`` is what stays on when none of the edge's
+``dataplane.compat.http11.guard_connections`` is what stays on when none of the edge's
 speed patches is installed (no lean send, no keep-alive timer of ours, Hypercorn's own
 HTTP/1.1 protocol). Here it guards a bare ASGI app served by ``hypercorn -k trio``:
 HTTP/2 is refused and ``Upgrade: h2c`` served as HTTP/1.1, the process serves on; a
@@ -36,7 +36,7 @@ GRACE = 2  # seconds
 
 APP = f'''
 """A bare ASGI app, served with the connection guards and nothing else of the edge."""
-from dataplane.http11 import guard_connections
+from dataplane.compat.http11 import guard_connections
 
 guard_connections()
 

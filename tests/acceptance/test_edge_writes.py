@@ -1,7 +1,7 @@
 """The socket writes a response takes, on a real BFF (Hypercorn, in this process).
 
 Every write Hypercorn's TCP servers make is recorded on its way to the socket (the
-real :func:`~dataplane.edge.lean_protocol_send` still writes it). A sized answer is
+real one installed before still writes it). A sized answer is
 one write; an event stream whose first event is ready leaves its head with that
 event, and its last event with the body's end (``edge.cork_next_write``): a stream of
 a finished job is one write, of a pending one two. A resumed stream (``Last-Event-ID``
@@ -19,7 +19,6 @@ import trio
 from hypercorn.events import RawData
 from hypercorn.trio import tcp_server
 
-from dataplane.compat.hypercorn import lean_socket_send
 from dataplane.queue import QueueClient
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until
@@ -31,7 +30,6 @@ WORKER = "test-edge-writes"
 @pytest.fixture
 async def writes(bff: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[bytes]]:
     """The bytes of every socket write the BFF makes from now on, in order."""
-    lean_socket_send()
     send = tcp_server.TCPServer.protocol_send
     recorded: list[bytes] = []
 

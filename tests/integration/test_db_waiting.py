@@ -5,17 +5,29 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 import trio
 
+from dataplane.compat import psycopg as compat_psycopg
+from dataplane.compat.psycopg import LeanConnection
 from dataplane.db import Database, DatabaseConfig, open_database, with_params
+from dataplane.db.connection import connection_class, use_connection_class
 from dataplane.db.lock import SessionLock
-from dataplane.db.waiting import LeanConnection
 from dataplane.errors import DatabaseError, DatabaseUnavailable
 from tests.conftest import wait_until
+
+
+@pytest.fixture(autouse=True)
+def _lean_wait() -> Iterator[None]:
+    """LeanConnection installed whatever the kill switch says; as it was afterwards."""
+    before = connection_class()
+    compat_psycopg.install(frozenset())
+    yield
+    use_connection_class(before)
 
 
 async def test_the_pool_runs_its_statements_on_lean_connections(db: Database) -> None:

@@ -7,12 +7,19 @@ import logging
 import subprocess
 import sys
 
+import psycopg
 import pytest
 from quart_trio import QuartTrio
 
 import dataplane.compat as compat
 from dataplane.compat import hypercorn as compat_hypercorn
+from dataplane.compat import opentelemetry as compat_otel
+from dataplane.compat import psycopg as compat_psycopg
 from dataplane.compat import quart_trio as compat_quart_trio
+from dataplane.db import connection
+from dataplane.observability import otel, spans
+
+MODULES = (compat_hypercorn, compat_quart_trio, compat_psycopg, compat_otel)
 
 
 def _resolve(dotted: str) -> object:
@@ -28,7 +35,7 @@ def _resolve(dotted: str) -> object:
     raise ImportError(dotted)
 
 
-@pytest.mark.parametrize("dotted", [*compat_hypercorn.REACHES, *compat_quart_trio.REACHES])
+@pytest.mark.parametrize("dotted", [name for module in MODULES for name in module.REACHES])
 def test_every_private_name_we_reach_exists(dotted: str) -> None:
     _resolve(dotted)
 
@@ -48,6 +55,47 @@ assert "_nursery" in inspect.getsource(importlib.import_module("hypercorn.trio.t
 assert "_must_raise" in inspect.getsource(
     importlib.import_module("quart_trio.wrappers.request").TrioBody.__init__
 )
+
+# psycopg: the wait we override, the timeout we raise, the name we rebind
+import psycopg, psycopg.errors, psycopg.waiting
+assert list(inspect.signature(psycopg.AsyncConnection.wait).parameters) == [
+    "self", "gen", "interval", "timeout"
+]
+assert "timeout" in inspect.signature(psycopg.AsyncConnection.cancel_safe).parameters
+assert issubclass(psycopg.errors._WaitTimeout, Exception)
+assert "get_running_loop" in inspect.getsource(psycopg.waiting.wait_async)
+
+# trio-asyncio: its import replaces asyncio.get_running_loop (what psycopg must see);
+# a loop's tasks run inside Trio, in this thread (the bridge's crossing wakes Trio
+# tasks from them); current_loop is a context variable
+import asyncio, contextvars
+stock_get_running_loop = asyncio.get_running_loop
+import trio, trio_asyncio
+assert asyncio.get_running_loop is not stock_get_running_loop
+assert isinstance(trio_asyncio.current_loop, contextvars.ContextVar)
+
+async def main():
+    async with trio_asyncio.open_loop() as loop:
+        assert trio_asyncio.current_loop.get() is loop
+        async def inside():
+            return trio.lowlevel.current_task() is not None
+        assert await trio_asyncio.run_aio_coroutine(loop.create_task(inside()))
+trio.run(main)
+
+# the OpenTelemetry SDK: ReadableSpan's keywords, the provider's fields, the exporter's
+# client, Event's arguments
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+keywords = set(inspect.signature(ReadableSpan.__init__).parameters)
+assert {"name", "context", "parent", "resource", "attributes", "events", "links", "kind",
+        "status", "start_time", "end_time", "instrumentation_scope"} <= keywords, keywords
+assert list(inspect.signature(Event.__init__).parameters)[:4] == [
+    "self", "name", "attributes", "timestamp"
+]
+provider = TracerProvider()
+provider.sampler.should_sample, provider.id_generator.generate_span_id, provider.resource
+exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
+assert callable(exporter._client.export) and exporter._shutdown is False
 """
 
 
@@ -84,11 +132,82 @@ def test_importing_the_apps_installs_nothing() -> None:
     assert done.returncode == 0, done.stderr
 
 
+WORKER_IMPORT_INSTALLS_NOTHING = """
+import asyncio, psycopg, psycopg.waiting
+stock_loop = psycopg.waiting.get_running_loop
+import dataplane.worker.main, dataplane.cli
+from dataplane.db import connection
+from dataplane.observability import otel, spans
+assert psycopg.waiting.get_running_loop is stock_loop
+assert connection.connection_class() is psycopg.AsyncConnection
+assert spans._factory is None
+assert otel._http_span_exporter is None and otel._resource_wrapper is None
+from dataplane.compat import install_process
+assert install_process() == ["running_loop", "lean_wait", "lean_spans", "lean_otlp",
+                             "hashed_resource"]
+assert psycopg.waiting.get_running_loop is asyncio.get_running_loop is not stock_loop
+assert connection.connection_class() is not psycopg.AsyncConnection
+assert spans._factory is not None and otel._http_span_exporter is not None
+assert otel._resource_wrapper is not None
+"""
+
+
+def test_importing_the_workers_main_installs_nothing() -> None:
+    """psycopg (imported first, so it holds asyncio's own get_running_loop),
+    trio-asyncio and OpenTelemetry stay stock until the entry point installs."""
+    env = {"DATAPLANE_STOCK_STACK": "", "PATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_IMPORT_INSTALLS_NOTHING],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_kill_switch_leaves_every_process_replacement_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATAPLANE_STOCK_STACK", "1")
+    try:
+        assert compat.install_process() == ["running_loop"]  # correctness stays
+        assert connection.connection_class() is psycopg.AsyncConnection
+        assert spans._factory is None and otel._http_span_exporter is None
+        assert otel._resource_wrapper is None
+        monkeypatch.setenv("DATAPLANE_STOCK_STACK", "lean_otlp")
+        assert "lean_otlp" not in compat.install_process()
+        assert otel._http_span_exporter is None and spans._factory is not None
+    finally:
+        monkeypatch.delenv("DATAPLANE_STOCK_STACK")
+        compat.install_process()  # as the session installed it
+
+
+def test_an_untested_psycopg_or_sdk_keeps_only_the_correctness_workaround(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: "9.9.0" if name in ("psycopg", "opentelemetry-sdk") else real(name),
+    )
+    try:
+        with caplog.at_level(logging.INFO, logger="dataplane.compat"):
+            assert compat.install_process() == ["running_loop"]
+        assert connection.connection_class() is psycopg.AsyncConnection
+        assert spans._factory is None and otel._http_span_exporter is None
+        gates = [r.getMessage() for r in caplog.records if "not a tested version" in r.getMessage()]
+        assert len(gates) == 2 and "psycopg 9.9.0" in gates[0]
+    finally:
+        monkeypatch.setattr(importlib.metadata, "version", real)
+        compat.install_process()
+
+
 def test_kill_switch_names() -> None:
     assert compat.stock_names("") == frozenset()
     assert compat.stock_names("1") == frozenset(compat.SPEED)
-    assert compat.stock_names("lean_send") == {"lean_send"}
-    assert compat.stock_names(" keep_alive_timer , lean_send ") == {"keep_alive_timer", "lean_send"}
+    assert compat.stock_names("lean_wait") == {"lean_wait"}
+    assert compat.stock_names(" keep_alive_timer , lean_wait ") == {"keep_alive_timer", "lean_wait"}
 
 
 def test_untested_version_installs_nothing_and_says_so(

@@ -2,7 +2,7 @@
 shielded from the writing task's cancellation, and ended by the cancellation of the
 connection's task group (the end of a shutdown's grace), over real loopback TCP.
 
-The rest of ``dataplane.http11`` (HTTP/1.1 only, FIN closes at once) is pinned through
+The rest of ``dataplane.compat.http11`` (HTTP/1.1 only, FIN closes at once) is pinned through
 real processes: ``tests/acceptance/test_edge_http2.py``, ``test_edge_connections.py``
 and ``test_edge_stock_stack.py``."""
 
@@ -21,7 +21,7 @@ from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
-from dataplane.http11 import guard_connections, send_until_connection_ends
+from dataplane.compat.http11 import guard_connections, send_until_connection_ends
 
 BIG = b"x" * 2_000_000  # far more than the send and receive buffers hold
 

@@ -23,6 +23,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
+from dataplane.compat.opentelemetry.spans import LeanTracer
 from dataplane.observability import spans, tracing
 
 Tracer = trace.Tracer
@@ -109,7 +110,7 @@ def run(make: Callable[[TracerProvider, SimpleSpanProcessor], Tracer]) -> Export
 
 def test_a_lean_span_exports_as_the_sdk_span_of_the_same_calls() -> None:
     sdk = run(lambda provider, _: provider.get_tracer("dataplane"))
-    lean = run(lambda provider, processor: spans.LeanTracer(provider, processor, "dataplane"))
+    lean = run(lambda provider, processor: LeanTracer(provider, processor, "dataplane"))
     names = [s.name for s in sdk.resource_spans[0].scope_spans[0].spans]
     assert names == [
         "send surface-probe",
@@ -123,7 +124,7 @@ def test_a_lean_span_exports_as_the_sdk_span_of_the_same_calls() -> None:
 
 def test_the_lean_tracer_follows_the_providers_sampler() -> None:
     provider, processor, exporter = pipeline(sampler=ParentBased(ALWAYS_OFF))
-    tracer = spans.LeanTracer(provider, processor, "dataplane")
+    tracer = LeanTracer(provider, processor, "dataplane")
     root = tracer.start_span("root")
     assert not root.is_recording() and root.get_span_context().is_valid
     sampled_parent = SpanContext(1, 2, is_remote=True, trace_flags=TraceFlags(1))
@@ -138,18 +139,20 @@ def test_the_lean_tracer_follows_the_providers_sampler() -> None:
 
 def test_tracer_is_the_installed_lean_one_until_it_is_uninstalled() -> None:
     provider, processor, _ = pipeline()
-    assert not isinstance(tracing.tracer(), spans.LeanTracer)
+    assert not isinstance(tracing.tracer(), LeanTracer)
+    spans.use_tracer_factory(LeanTracer)  # as dataplane.compat.opentelemetry installs it
     installed = spans.install(provider, processor, tracing.TRACER_NAME)
     try:
-        assert tracing.tracer() is installed
+        assert isinstance(installed, LeanTracer) and tracing.tracer() is installed
     finally:
         spans.uninstall()
-    assert not isinstance(tracing.tracer(), spans.LeanTracer)
+        spans.use_tracer_factory(None)
+    assert not isinstance(tracing.tracer(), LeanTracer)
 
 
 def test_with_the_default_sampler_the_parent_decides() -> None:
     provider, processor, exporter = pipeline()  # ParentBased(ALWAYS_ON)
-    tracer = spans.LeanTracer(provider, processor, "dataplane")
+    tracer = LeanTracer(provider, processor, "dataplane")
     unsampled = SpanContext(1, 2, is_remote=True, trace_flags=TraceFlags(0))
     dropped = tracer.start_span(
         "dropped", context=trace.set_span_in_context(NonRecordingSpan(unsampled))

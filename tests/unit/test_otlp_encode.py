@@ -23,7 +23,8 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from dataplane.observability import otel, otlp
+from dataplane.compat.opentelemetry import otlp
+from dataplane.observability import otel
 
 
 def finished(provider: TracerProvider, exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:

@@ -1,12 +1,24 @@
-"""How a psycopg connection waits for its socket on trio-asyncio's loop.
+"""psycopg 3.3 on trio-asyncio's loop: what we replace, and why.
+
+* ``running_loop`` (correctness, always on): :func:`bind_running_loop` rebinds
+  ``psycopg.waiting.get_running_loop``. trio-asyncio replaces
+  ``asyncio.get_running_loop`` with a version that knows its loop; ``psycopg.waiting``
+  binds the name at import, so a psycopg imported before trio-asyncio holds the
+  original and fails with "no running event loop". The rebinding makes import order
+  irrelevant.
+* ``lean_wait`` (speed): :class:`LeanConnection`, an ``AsyncConnection`` whose ``wait``
+  (psycopg's own, overridden) arms no loop timer, as every connection the plane opens
+  (:func:`dataplane.db.connection.use_connection_class`); it raises psycopg's private
+  ``psycopg.errors._WaitTimeout`` as psycopg's own wait does.
 
 psycopg's stock ``AsyncConnection.wait`` arms a fresh ``call_later`` timer at
 every wait (its polling interval) and cancels it afterwards. On trio-asyncio a
 timer is not free: each one is a handle sent through the loop's queue, one more
 pass of the loop's Trio task, a heap push, and the same again to cancel it. For
 a statement that waits once for its answer that timer roughly doubles the
-cost of the bridge crossing (measured in ``bench/results/bff-cpu.md``: about
-430 -> 180 µs of CPU for a ``SELECT 1`` crossing, min of three rounds).
+cost of the bridge crossing (measured in ``docs/perf/bff-cpu.md``: about
+430 -> 180 µs of CPU for a ``SELECT 1`` crossing, min of three rounds; against the
+stock path: ``docs/perf/compat-ab.md``).
 
 :class:`LeanConnection` waits without it: the socket is polled first (a
 zero-timeout poll, as psycopg does for writing; an answer already there also
@@ -18,7 +30,7 @@ skips any waiting), otherwise one Trio waiter of the bridge's resolves one futur
   wait with a deadline on the waiter, and ends with psycopg's ``_WaitTimeout`` as
   psycopg's own does. psycopg's own also woke every 0.1 s so that a blocked thread
   could see Ctrl-C, which under Trio arrives as a cancellation anyway: it woke an
-  idle listening process ten times a second (``bench/worker.py`` idle CPU);
+  idle listening process ten times a second (``bench/drain.py idle``);
 * on a loop that is no bridge's (no waiter nursery), and for a wait on reading *and*
   writing at once, the loop's reader/writer callbacks resolve the future, and a timed
   wait arms one timer for its deadline;
@@ -26,6 +38,10 @@ skips any waiting), otherwise one Trio waiter of the bridge's resolves one futur
 * a cancelled wait (the asyncio task cancelled from Trio) asks the server to cancel
   a running statement, as psycopg does, then closes the connection: its state is
   unknown, and the pool never reuses a connection cancelled mid-call anyway.
+
+Tested with psycopg 3.3 (requirements.lock; pyproject.toml caps it below 3.4).
+Installed by :func:`install` from the entry points (:func:`dataplane.compat.install_process`),
+never at import.
 """
 
 from __future__ import annotations
@@ -34,16 +50,38 @@ import asyncio
 import logging
 import select
 import time
+from collections.abc import Collection
 from typing import Any
 
 import psycopg
+import psycopg.waiting
 from psycopg.abc import PQGen
 from psycopg.rows import Row
 from psycopg.waiting import READY_R, READY_W, WAIT_R, WAIT_RW, WAIT_W
 
 from dataplane.db.bridge import has_waiters, wait_fd
+from dataplane.db.connection import use_connection_class
 
 log = logging.getLogger(__name__)
+
+DISTRIBUTION = "psycopg"
+TESTED = ((3, 3),)  # minor versions; requirements.lock pins the patch release
+CORRECTNESS = ("running_loop",)
+SPEED = ("lean_wait",)
+# The private (or undocumented) names of psycopg this module reads or replaces
+# (tests/unit/test_compat.py checks each exists with the shape used).
+REACHES = (
+    "psycopg.waiting.get_running_loop",
+    "psycopg.waiting.WAIT_R",
+    "psycopg.waiting.WAIT_W",
+    "psycopg.waiting.WAIT_RW",
+    "psycopg.waiting.READY_R",
+    "psycopg.waiting.READY_W",
+    "psycopg.errors._WaitTimeout",
+    "psycopg.AsyncConnection.wait",
+    "psycopg.AsyncConnection.cancel_safe",
+    "psycopg.abc.PQGen",
+)
 
 CANCEL_TIMEOUT = 5.0  # seconds a server-side cancel request may take
 
@@ -149,3 +187,22 @@ def _ready_now(fileno: int, state: int) -> int:
         if events & select.POLLOUT:
             ready |= READY_W
     return ready
+
+
+def bind_running_loop() -> None:
+    """Make psycopg find trio-asyncio's loop whatever the import order (idempotent):
+    ``psycopg.waiting`` gets the ``asyncio.get_running_loop`` that trio-asyncio
+    installed when it was imported."""
+    if getattr(psycopg.waiting, "get_running_loop", None) is not asyncio.get_running_loop:
+        setattr(psycopg.waiting, "get_running_loop", asyncio.get_running_loop)  # noqa: B010
+
+
+def install(stock: Collection[str]) -> list[str]:
+    """Install this module's replacements except the speed ones named in ``stock``
+    (the correctness one always); return the names installed."""
+    bind_running_loop()
+    if "lean_wait" in stock:
+        use_connection_class(None)  # psycopg's own AsyncConnection
+        return ["running_loop"]
+    use_connection_class(LeanConnection)
+    return ["running_loop", "lean_wait"]

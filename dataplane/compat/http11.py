@@ -162,10 +162,8 @@ async def send_until_connection_ends(server: Any, event: Event) -> None:
     task group, which is not shielded: when that group is cancelled, which Hypercorn
     does to every connection when a shutdown's ``graceful_timeout`` is over, the
     watcher cancels the write, and the connection, left with half a response, is
-    closed. A watcher is started per write that takes this path: with the edge's
-    :func:`~dataplane.edge.lean_protocol_send` installed, only by a write the socket
-    does not take at once. Every other event takes the stock path. A server without a
-    task group (not serving yet) writes as stock does."""
+    closed. A watcher is started per write. Every other event takes the stock path. A
+    server without a task group (not serving yet) writes as stock does."""
     stock = _stock_protocol_send
     assert stock is not None
     if type(event) is not RawData:
