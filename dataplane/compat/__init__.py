@@ -113,7 +113,10 @@ def install_process() -> list[str]:
         done = module.install(stock)
         installed += done
         left += [name for name in names if name not in done]
-    log.info(
+    # Everything in place is the normal case and says nothing at INFO: a process that
+    # refuses to boot keeps its one line of why. Something left out is worth a line.
+    log.log(
+        logging.INFO if left else logging.DEBUG,
         "process replacements installed: %s; not installed: %s",
         ", ".join(installed) or "none",
         ", ".join(left) or "none",
