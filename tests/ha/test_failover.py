@@ -1,0 +1,102 @@
+"""The queue survives losing its Postgres primary (issue #33), through real processes.
+
+A Patroni cluster (etcd, two nodes in synchronous mode, HAProxy), 2 BFFs and 2 workers
+(one of each through the multi-host DSN, the other through HAProxy), a steady load,
+then (a) a switchover and (b) node loss (SIGKILL of the primary's Patroni and
+postmaster together), the same processes throughout: nobody is restarted. After
+each: every 202 has exactly one answer on its stream, no row lost, none written
+``done`` twice, no answer replaced; 503s carry Retry-After; the figures are printed.
+
+Sized for the shared 2-core CI host (about 90 s for the file): 10 requests/s, a
+switchover drill of 15 s and a node-loss drill of 40 s (Patroni's TTL is 20 s).
+bench/failover.py runs the same drill with larger figures for docs/perf/failover.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from dataplane.dev.ha import HACluster, Node
+from tests.ha.drill import DB_NAME, HAStack, broken_promises, prepare, run_drill, summary
+
+RATE = 10.0  # requests/s: what this shared 2-core host sustains beside the cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HACluster]:
+    ha = HACluster(tmp_path_factory.mktemp("ha") / "state")
+    try:
+        ha.up()
+        prepare(ha)
+        yield ha
+    finally:
+        ha.down()
+
+
+def _other(cluster: HACluster, node: Node) -> Node:
+    return next(n for n in cluster.nodes if n is not node)
+
+
+async def _new_primary(cluster: HACluster, old: Node, within: float) -> Node:
+    with trio.fail_after(within):
+        while True:
+            prim = await trio.to_thread.run_sync(cluster.primary)
+            if prim is not None and prim is not old:
+                return prim
+            await trio.sleep(0.2)
+
+
+def _advisory_holders(cluster: HACluster) -> list[str]:
+    """application_name of every session holding an advisory lock on the primary."""
+    with psycopg.connect(cluster.multihost_dsn(DB_NAME), connect_timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE l.locktype = 'advisory' AND l.granted"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+async def test_switchover_then_node_loss_under_load(cluster: HACluster, tmp_path: Path) -> None:
+    stack = HAStack(cluster, tmp_path)
+    try:
+        await stack.start()
+        first = cluster.primary()
+        assert first is not None
+
+        async def switchover() -> None:
+            target = _other(cluster, first)
+            done = await trio.to_thread.run_sync(
+                lambda: cluster.patronictl(
+                    "switchover", "--leader", first.name, "--candidate", target.name, "--force"
+                )
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            await _new_primary(cluster, first, 30)
+
+        drill = await run_drill(stack, "switchover", switchover, rate=RATE, duration=15, fault_at=5)
+        print(f"\nswitchover: {summary(drill)}")
+        assert not broken_promises(drill), broken_promises(drill)[:20]
+        assert not stack.dead(), stack.dead()
+        assert drill.write_outage() > 0.3, "the switchover was never felt by a writer"
+        second = cluster.primary()
+        assert second is not None and second is not first
+        assert _advisory_holders(cluster), "no lock was re-taken on the new primary"
+
+        async def node_loss() -> None:
+            cluster.kill_node(second)
+            await _new_primary(cluster, second, 60)
+
+        drill = await run_drill(stack, "node-loss", node_loss, rate=RATE, duration=40, fault_at=5)
+        print(f"\nnode loss: {summary(drill)}")
+        assert not broken_promises(drill), broken_promises(drill)[:20]
+        assert not stack.dead(), stack.dead()
+        assert drill.write_outage() > 5, "the node loss was never felt by a writer"
+        assert drill.refused() > 0, "no BFF refused a request while no primary was reachable"
+        assert _advisory_holders(cluster), "no lock was re-taken on the new primary"
+    finally:
+        stack.stop()
