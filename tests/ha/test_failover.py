@@ -21,7 +21,9 @@ import psycopg
 import pytest
 import trio
 
+from dataplane.db import DatabaseConfig, open_database, q
 from dataplane.dev.ha import HACluster, Node
+from dataplane.errors import DatabaseUnavailable
 from tests.ha.drill import DB_NAME, HAStack, broken_promises, prepare, run_drill, summary
 
 RATE = 10.0  # requests/s: what this shared 2-core host sustains beside the cluster
@@ -59,6 +61,21 @@ def _advisory_holders(cluster: HACluster) -> list[str]:
             " WHERE l.locktype = 'advisory' AND l.granted"
         ).fetchall()
     return [r[0] for r in rows]
+
+
+async def test_a_writer_never_keeps_a_connection_to_a_standby(
+    cluster: HACluster, bridge: object
+) -> None:
+    """HAProxy's read-only port leads to the standby (as its read-write port does, for a
+    second or two, to a just-demoted primary): a writer's pool refuses it as unavailable
+    (a 503 at the BFF, a retry at the worker), never a 500 per write; a read-only
+    config (the wallboard's, a client DB's) uses it."""
+    standby = cluster.haproxy_dsn(DB_NAME, readonly=True)
+    async with open_database(DatabaseConfig(standby, pool_size=1)) as db:
+        with pytest.raises(DatabaseUnavailable, match="is a standby"):
+            await db.fetchone(q("ping"))
+    async with open_database(DatabaseConfig(standby, pool_size=1, read_only=True)) as db:
+        assert await db.fetchone(q("ping")) is not None
 
 
 async def test_switchover_then_node_loss_under_load(cluster: HACluster, tmp_path: Path) -> None:
