@@ -11,7 +11,8 @@ and ``fault`` is applied ``fault_at`` seconds in. Meanwhile three watchers recor
   when it was accepted (202) and answered (``done``, or ``POISON``/``TIMEOUT`` then a
   poll) on its stream;
 * a write probe: a fresh connection through the multi-host DSN inserts a row every
-  :data:`PROBE_EVERY` seconds; the longest gap between successes is the write outage;
+  :data:`PROBE_EVERY` seconds; the longest gap between the ends of successful inserts
+  is the write outage (a commit waiting for the synchronous standby counts);
 * each BFF's ``/readyz`` every :data:`PROBE_EVERY` seconds: when it went unready and
   when it was ready again.
 
@@ -309,8 +310,9 @@ async def write_probe(dsn: str, drill: Drill) -> None:
 
     def once() -> bool:
         try:
+            # No statement_timeout: a commit waiting for the synchronous standby is
+            # part of the outage (a cancelled wait would still report success).
             with psycopg.connect(dsn, autocommit=True, connect_timeout=1) as conn:
-                conn.execute("SET statement_timeout = '1s'")
                 conn.execute("INSERT INTO ha_probe DEFAULT VALUES")
             return True
         except psycopg.Error:
@@ -416,4 +418,16 @@ def summary(drill: Drill) -> str:
         + ", ".join(f"{a - drill.fault_at:+.1f}..{b - drill.fault_at:+.1f}s" for a, b in r.unready)
         for r in drill.readiness
     )
+    slow = max(
+        (r for r in drill.requests if r.answered_at is not None),
+        key=lambda r: r.answered_at - r.started,  # type: ignore[operator]
+        default=None,
+    )
+    if slow is not None and slow.answered_at is not None:
+        at = drill.fault_at
+        spans += (
+            f"; slowest: started {slow.started - at:+.1f}s accepted "
+            f"{(slow.accepted or at) - at:+.1f}s answered {slow.answered_at - at:+.1f}s "
+            f"({slow.answered}, {slow.refused} 503s, {slow.reconnects} stream reconnects)"
+        )
     return " ".join(f"{k}={v}" for k, v in drill.figures().items()) + f" ({spans})"
