@@ -77,6 +77,8 @@ class Request:
     unexpected: list[str] = field(default_factory=list)  # other statuses, lost streams
     reconnects: int = 0  # streams cut or refused, then opened again
     dropped: int = 0  # POSTs whose connection failed (no status): retried
+    longest_post: float = 0.0  # seconds, the slowest single POST's round trip
+    longest_post_at: float = 0.0  # when it was sent
 
 
 @dataclass
@@ -134,6 +136,7 @@ class Drill:
             "requests_refused": sum(r.refused > 0 for r in self.requests),
             "stream_reconnects": sum(r.reconnects for r in self.requests),
             "posts_dropped": sum(r.dropped for r in self.requests),
+            "slowest_post_s": round(max((r.longest_post for r in self.requests), default=0), 2),
             "in_flight_p99_s": round(self.in_flight_p99(), 2),
         }
 
@@ -161,6 +164,7 @@ class HAStack:
             "DATAPLANE_FAIL_BACKOFF_SECONDS": "0.5",
             "DATAPLANE_IDLE_MS": "500",
             "DATAPLANE_MAINTENANCE_SECONDS": "2",
+            "DATAPLANE_QUEUE_SAMPLE_SECONDS": "2",  # the sampler's election, retried
             "DATAPLANE_MAX_DEQUEUES": "20",  # a fault is not poison
         }
 
@@ -211,6 +215,7 @@ async def one_request(http: httpx.AsyncClient, bases: Sequence[str], i: int, req
     body: dict[str, Any] | None = None
     with trio.move_on_after(GIVE_UP):
         while body is None:
+            sent = time.monotonic()
             try:
                 resp = await http.post(
                     f"{random.choice(bases)}/api/probe/q",
@@ -220,6 +225,8 @@ async def one_request(http: httpx.AsyncClient, bases: Sequence[str], i: int, req
             except httpx.TransportError:
                 req.dropped += 1  # a refused or cut connection: retried, counted
             else:
+                if time.monotonic() - sent > req.longest_post:
+                    req.longest_post, req.longest_post_at = time.monotonic() - sent, sent
                 if resp.status_code == 202:
                     body = resp.json()
                     break
@@ -430,4 +437,7 @@ def summary(drill: Drill) -> str:
             f"{(slow.accepted or at) - at:+.1f}s answered {slow.answered_at - at:+.1f}s "
             f"({slow.answered}, {slow.refused} 503s, {slow.reconnects} stream reconnects)"
         )
+    post = max(drill.requests, key=lambda r: r.longest_post, default=None)
+    if post is not None:
+        spans += f"; slowest POST sent {post.longest_post_at - drill.fault_at:+.1f}s"
     return " ".join(f"{k}={v}" for k, v in drill.figures().items()) + f" ({spans})"

@@ -53,14 +53,32 @@ async def _new_primary(cluster: HACluster, old: Node, within: float) -> Node:
             await trio.sleep(0.2)
 
 
-def _advisory_holders(cluster: HACluster) -> list[str]:
-    """application_name of every session holding an advisory lock on the primary."""
-    with psycopg.connect(cluster.multihost_dsn(DB_NAME), connect_timeout=5) as conn:
-        rows = conn.execute(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
-            " WHERE l.locktype = 'advisory' AND l.granted"
-        ).fetchall()
-    return [r[0] for r in rows]
+LOCKS_HELD = """
+SELECT CASE WHEN l.objsubid = 2 THEN 'on-call' ELSE 'sampler' END AS lock, a.application_name
+FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND (
+  (l.objsubid = 2
+   AND l.classid::text::bigint = hashtext('dataplane.session_lock')::bigint & 4294967295)
+  OR (l.objsubid = 1
+   AND l.objid::text::bigint = hashtext('dataplane.queue_sampler')::bigint & 4294967295))
+"""
+
+
+async def _locks_retaken(cluster: HACluster, within: float = 20) -> None:
+    """The workers' session advisory locks died with the old primary: the on-call lock
+    and the sampler's election are held again on the new one, by a worker."""
+
+    def held() -> dict[str, str]:
+        with psycopg.connect(cluster.multihost_dsn(DB_NAME), connect_timeout=5) as conn:
+            return {str(r[0]): str(r[1]) for r in conn.execute(LOCKS_HELD)}  # type: ignore[arg-type]
+
+    seen: dict[str, str] = {}
+    with trio.move_on_after(within):
+        while set(seen) != {"on-call", "sampler"}:
+            await trio.sleep(0.5)
+            seen = await trio.to_thread.run_sync(held)
+    assert set(seen) == {"on-call", "sampler"}, f"locks held on the new primary: {seen}"
+    assert all(app.startswith("dataplane-worker") for app in seen.values()), seen
 
 
 async def test_a_writer_never_keeps_a_connection_to_a_standby(
@@ -102,7 +120,7 @@ async def test_switchover_then_node_loss_under_load(cluster: HACluster, tmp_path
         assert drill.write_outage() > 0.3, "the switchover was never felt by a writer"
         second = cluster.primary()
         assert second is not None and second is not first
-        assert _advisory_holders(cluster), "no lock was re-taken on the new primary"
+        await _locks_retaken(cluster)
 
         async def node_loss() -> None:
             cluster.kill_node(second)
@@ -114,6 +132,6 @@ async def test_switchover_then_node_loss_under_load(cluster: HACluster, tmp_path
         assert not stack.dead(), stack.dead()
         assert drill.write_outage() > 5, "the node loss was never felt by a writer"
         assert drill.refused() > 0, "no BFF refused a request while no primary was reachable"
-        assert _advisory_holders(cluster), "no lock was re-taken on the new primary"
+        await _locks_retaken(cluster)
     finally:
         stack.stop()
