@@ -56,7 +56,7 @@ async def run(args: argparse.Namespace, cluster: HACluster, logs: Path) -> list[
     figures = []
     try:
         await stack.start()
-        for fault in ("switchover", "node-loss"):
+        for fault in args.faults:
             old = cluster.primary()
             assert old is not None, "no primary"
 
@@ -90,7 +90,8 @@ async def run(args: argparse.Namespace, cluster: HACluster, logs: Path) -> list[
 def markdown(args: argparse.Namespace, figures: list[dict[str, Any]], up_s: float) -> str:
     rows = "\n".join(
         f"| {f['fault']} | {f['write_outage_s']} | {f['every_bff_ready_after_s']} "
-        f"| {f['refused_503']} ({f['requests_refused']} requests) | {f['in_flight_p99_s']} "
+        f"| {f['refused_503']} ({f['requests_refused']} requests) | {f['slowest_post_s']} "
+        f"| {f['in_flight_p99_s']} "
         f"| {f['accepted']}/{f['requests']} |"
         for f in figures
     )
@@ -112,16 +113,16 @@ through HAProxy. Load: {args.rate:g} `probe.sleep` requests/s (20-120 ms each), 
 each POST retried on 503 after its `Retry-After` and its stream read to the answer; the
 fault {args.fault_at:g} s in. Cluster up in {up_s:.1f} s.
 
-| fault | write outage (s) | all BFFs ready (s) | refused (503) | p99 in flight (s) | answered |
-|---|---|---|---|---|---|
+| fault | write outage (s) | all BFFs ready (s) | refused (503) | slowest POST (s) | p99 in flight (s) | answered |
+|---|---|---|---|---|---|---|
 {rows}
 
 - *write outage*: the longest gap between successful inserts of a probe connecting through
   the multi-host DSN every 0.1 s.
 - *every BFF ready after*: from the fault's start (the `patronictl switchover` call, or the
   SIGKILL) until both BFFs' `/readyz` answer 200 again.
-- *refused*: 503 answers (all with `Retry-After`) while no primary was reachable; no 500,
-  no hang.
+- *refused*: 503 answers (all with `Retry-After`) while no primary was reachable; no 500.
+- *slowest POST*: the longest single POST round trip (a 202 or a 503).
 - *p99 in flight*: first POST to the answer on the stream, requests started from 5 s before
   to 30 s after the fault (a refused POST waits out the outage, so this is about the outage).
 - *answered*: requests answered exactly once on their stream / requests made; every job
@@ -138,6 +139,10 @@ def main() -> int:
     parser.add_argument("--fault-at", type=float, default=8.0, help="seconds into the load")
     parser.add_argument("--markdown", type=Path, help="write the report here")
     parser.add_argument("--output-json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--faults", nargs="+", default=["switchover", "node-loss"], help="in this order"
+    )
+    parser.add_argument("--logs", type=Path, help="keep the processes' logs here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="failover-") as tmp:
         cluster = HACluster(Path(tmp) / "state")
@@ -149,7 +154,10 @@ def main() -> int:
 
             async def go() -> list[dict[str, Any]]:
                 async with open_bridge():
-                    return await run(args, cluster, Path(tmp))
+                    return await run(args, cluster, logs)
+
+            logs = args.logs or Path(tmp)
+            logs.mkdir(parents=True, exist_ok=True)
 
             figures = trio.run(go)
         finally:
