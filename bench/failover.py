@@ -39,6 +39,10 @@ from dataplane.db import open_bridge
 from dataplane.dev.ha import HACluster
 from tests.ha.drill import HAStack, broken_promises, prepare, run_drill, summary
 
+HEADER = (
+    "| fault | write outage (s) | all BFFs ready (s) | refused (503) | slowest POST (s) "
+    "| p99 in flight (s) | answered |\n|---|---|---|---|---|---|---|"
+)
 NODE_LOSS_WAIT = 60.0  # seconds for a new primary after node loss (TTL 20)
 
 
@@ -113,8 +117,7 @@ through HAProxy. Load: {args.rate:g} `probe.sleep` requests/s (20-120 ms each), 
 each POST retried on 503 after its `Retry-After` and its stream read to the answer; the
 fault {args.fault_at:g} s in. Cluster up in {up_s:.1f} s.
 
-| fault | write outage (s) | all BFFs ready (s) | refused (503) | slowest POST (s) | p99 in flight (s) | answered |
-|---|---|---|---|---|---|---|
+{HEADER}
 {rows}
 
 - *write outage*: the longest gap between successful inserts of a probe connecting through
