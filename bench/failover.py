@@ -125,7 +125,8 @@ fault {args.fault_at:g} s in. Cluster up in {up_s:.1f} s.
 - *every BFF ready after*: from the fault's start (the `patronictl switchover` call, or the
   SIGKILL) until both BFFs' `/readyz` answer 200 again.
 - *refused*: 503 answers (all with `Retry-After`) while no primary was reachable; no 500.
-- *slowest POST*: the longest single POST round trip (a 202 or a 503).
+- *slowest POST*: the longest single POST round trip seen by the load's client (a 202 or
+  a 503); the BFFs' access log (`--logs DIR`) gives the time inside the BFF.
 - *p99 in flight*: first POST to the answer on the stream, requests started from 5 s before
   to 30 s after the fault (a refused POST waits out the outage, so this is about the outage).
 - *answered*: requests answered exactly once on their stream / requests made; every job
