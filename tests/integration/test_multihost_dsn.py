@@ -60,6 +60,18 @@ async def test_pool_and_migration_lock_serve_through_the_second_host(
         assert await migrate(db) == []  # the migration lock taken and released; all applied
 
 
+async def test_a_read_only_client_db_pool_fails_over_the_same_way(
+    bridge: object, refused_dsn: str
+) -> None:
+    """CLIENT_DB_URL may be multi-host too (``target_session_attrs=prefer-standby`` for a
+    replica first): a read-only pool serves through the second host, and is never
+    refused for landing on a standby."""
+    config = DatabaseConfig(refused_dsn.replace("read-write", "any"), pool_size=1, read_only=True)
+    async with open_database(config) as db:
+        row = await db.fetchone("SHOW default_transaction_read_only")
+        assert row is not None and row["default_transaction_read_only"] == "on"
+
+
 async def test_a_silent_first_host_costs_the_dsns_connect_timeout_only(
     bridge: object, queue_dsn: str, silent_port: int
 ) -> None:
