@@ -32,7 +32,8 @@ TEMPLATE = f"dataplane_template_{os.getpid()}"
 # --- Tiers -------------------------------------------------------------------------
 # `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test
 # is `slow` by where it lives, then by name:
-# * tests/chaos/ and tests/browser/ are slow whole (outages, kills, a real Chromium);
+# * tests/chaos/, tests/browser/ and tests/ha/ are slow whole (outages, kills, a real
+#   Chromium, a Patroni failover);
 # * tests/acceptance/ is slow except FAST_ACCEPTANCE: a few quick, representative
 #   tests of real processes and real HTTP (one per concern), so the fast tier still
 #   starts a BFF and a worker and talks to them;
@@ -42,7 +43,7 @@ TEMPLATE = f"dataplane_template_{os.getpid()}"
 # table of measured seconds: a new test lands in the tier of its directory without
 # editing anything, a measurement's noise does not move tests between tiers, and a
 # renamed or deleted entry fails the run (below) instead of going stale unseen.
-SLOW_DIRS = ("tests/chaos/", "tests/browser/")
+SLOW_DIRS = ("tests/chaos/", "tests/browser/", "tests/ha/")
 # Under ~3 s each on a loaded 2-core host; about 45 s together.
 FAST_ACCEPTANCE = frozenset(
     "tests/acceptance/" + entry

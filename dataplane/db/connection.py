@@ -115,13 +115,47 @@ def connection_class() -> type[psycopg.AsyncConnection[Any]]:
     return _connection_class
 
 
+def dsn_endpoints(dsn: str) -> list[str]:
+    """``host:port`` of every server a DSN names, in libpq's order (never its password).
+
+    A libpq multi-host DSN (``host=a,b port=5432,5433``, or a URL's ``a:5432,b:5433``)
+    names several: a connection goes to the first that answers and, with
+    ``target_session_attrs=read-write``, accepts writes. A single ``port`` applies to
+    every host."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return []
+    hosts = str(info.get("host") or info.get("hostaddr") or "localhost").split(",")
+    ports = str(info.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    return [f"{h or 'localhost'}:{p or '5432'}" for h, p in zip(hosts, ports, strict=False)]
+
+
+def attempt_timeout(config: DatabaseConfig) -> int:
+    """Seconds libpq may spend on one host: the DSN's own ``connect_timeout`` when it
+    has one (a deployer's multi-host DSN sets it low, to move on from a dead host
+    quickly), else the config's."""
+    try:
+        own = str(conninfo_to_dict(config.dsn).get("connect_timeout") or "")
+    except psycopg.Error:
+        own = ""
+    seconds = int(own) if own.isdigit() and int(own) > 0 else round(config.connect_timeout)
+    return max(1, seconds)
+
+
 async def connect(config: DatabaseConfig, loop: Any) -> Connection:
+    """A connection to ``config``'s database: to the first of its hosts that answers
+    (each given :func:`attempt_timeout`), and for a writer's config never a standby."""
+    per_host = attempt_timeout(config)
+
     async def connect() -> Connection:
         return await _connection_class.connect(
             config.dsn,
             autocommit=True,
             row_factory=dict_row,
-            connect_timeout=max(1, round(config.connect_timeout)),
+            connect_timeout=per_host,
             application_name=config.application_name,
             keepalives=1,
             keepalives_idle=5,
@@ -130,14 +164,21 @@ async def connect(config: DatabaseConfig, loop: Any) -> Connection:
             options=startup_options(config),
         )
 
+    budget = per_host * max(1, len(dsn_endpoints(config.dsn))) + 1
     try:
-        with trio.fail_after(config.connect_timeout + 1):
+        with trio.fail_after(budget):
             conn: Connection = await run_on_loop(loop, connect())
-            return conn
     except trio.TooSlowError:
-        raise DatabaseUnavailable(f"could not connect within {config.connect_timeout:g}s") from None
+        raise DatabaseUnavailable(f"could not connect within {budget:g}s") from None
     except (psycopg.Error, OSError) as exc:
         raise translate(exc) from exc
+    if not config.read_only and conn.info.parameter_status("in_hot_standby") == "on":
+        # A proxy's stale route to a demoted primary, or a DSN without
+        # target_session_attrs=read-write: every write would fail, so this is no primary.
+        where = f"{conn.info.host}:{conn.info.port}"
+        close_now(conn)
+        raise DatabaseUnavailable(f"{where} is a standby (read-only): no primary reachable")
+    return conn
 
 
 # Server errors that mean the session or the server is going away (class 08 is the

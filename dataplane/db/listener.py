@@ -1,7 +1,8 @@
 """A dedicated LISTEN connection (never from the pool) whose notifications arrive
 on a Trio receive channel.
 
-It checks its own liveness when quiet, reconnects 2 s then 5 s after a drop, and
+It checks its own liveness when quiet, reconnects after a drop (every 1 s at first,
+backing off to every 5 s: :data:`LISTEN_RECONNECT_DELAYS`), and
 emits a :class:`Gap` after every reconnect (and after a buffer overflow) so
 consumers re-read state they might have missed.
 
@@ -32,7 +33,11 @@ log = logging.getLogger(__name__)
 
 LISTEN_CHECK_INTERVAL = 5.0  # seconds of silence before the listener pings
 LISTEN_PING_TIMEOUT = 2.0  # seconds the liveness ping may take
-LISTEN_RECONNECT_DELAYS = (2.0, 5.0)  # first retry after 2 s, then every 5 s
+# Seconds before each retry after a drop: every 1 s for 5 s, every 2 s until ~25 s,
+# then every 5 s. A Patroni switchover is a ~2.5 s write outage and a lost node ~20 s
+# (TTL 20): the old ladder (2 s, then every 5 s) left a BFF unready up to 5 s past the
+# new primary's arrival (measured: ready 10 s after a 2.6 s switchover; issue #33).
+LISTEN_RECONNECT_DELAYS = (1.0,) * 5 + (2.0,) * 10 + (5.0,)
 LISTEN_BUFFER = 10_000  # notifications held for a slow consumer
 MAX_IDENTIFIER_BYTES = 63  # Postgres identifier (and so channel name) limit
 
@@ -90,7 +95,7 @@ class Listener:
     ``channels``; :meth:`listen` and :meth:`unlisten` change the set), then calls
     ``task_status.started()``. While quiet for ``check_interval`` it pings the
     connection (``ping_timeout``), so a silently dropped link is found within one
-    interval. On failure it reconnects after 2 s, then every 5 s, and emits a
+    interval. On failure it reconnects (:data:`LISTEN_RECONNECT_DELAYS`), and emits a
     :class:`Gap` once listening again. Consumers read :attr:`events`.
     """
 

@@ -13,7 +13,9 @@ to use one, on the same :class:`DedicatedSession`:
   leads on that session until it leaves the block (the queue sampler).
 
 Failure handling, the same for both: a statement that fails, times out or is cancelled
-closes the session, and with it every lock it held or waited for; driver errors come
+closes the session, and with it every lock it held or waited for; a holder, who runs
+no statement while it holds, asks :meth:`SessionLock.lost` (the server hung up: a
+restart or a failover took the lock with it); driver errors come
 out as the project's (:func:`~dataplane.db.connection.translate`). A :class:`SessionLock`
 connects again on its next :meth:`~SessionLock.acquire`; an elected session never does
 (a new connection would not hold the lock): its block ends with the error, and the
@@ -35,7 +37,14 @@ import trio
 from psycopg.rows import DictRow
 
 from dataplane.db.bridge import current_loop, run_on_loop
-from dataplane.db.connection import Connection, DatabaseConfig, close_now, connect, translate
+from dataplane.db.connection import (
+    Connection,
+    DatabaseConfig,
+    close_now,
+    connect,
+    looks_dead,
+    translate,
+)
 from dataplane.db.sql import q
 from dataplane.errors import DatabaseUnavailable
 
@@ -91,6 +100,11 @@ class DedicatedSession:
             if not ok:
                 self.close()
 
+    def looks_lost(self) -> bool:
+        """Whether the connection is gone or the server has hung up on it (no round
+        trip: EOF or an error waiting on the socket; keepalives find a silent drop)."""
+        return self._conn is None or looks_dead(self._conn)
+
     def close(self) -> None:
         """Drop the connection, and with it the session's locks and lock waits."""
         conn, self._conn = self._conn, None
@@ -136,6 +150,13 @@ class SessionLock:
         self.held = False
         # On failure the session is closed: the lock is gone too.
         await self._session.fetchall(q("session_unlock"), {"key": self.key})
+
+    def lost(self) -> bool:
+        """Whether a held lock's connection is gone, and the lock with it. A holder
+        issues no statement while it holds: without this check it would go on
+        believing it holds a lock that died with its server (a failover), while
+        another session takes it on the new primary, or nobody does."""
+        return self.held and self._session.looks_lost()
 
     def close(self) -> None:
         """Drop the connection, and with it the lock or the wait."""

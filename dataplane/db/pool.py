@@ -38,6 +38,7 @@ from dataplane.db.connection import (
     close_now,
     connect,
     connection_lost,
+    dsn_endpoints,
     looks_dead,
     translate,
 )
@@ -234,10 +235,13 @@ class Database:
             info = conninfo_to_dict(self.config.dsn)
         except psycopg.Error:
             info = {}
-        port = str(info.get("port") or "5432")
+        # One server: its address and port. A multi-host DSN names several and which
+        # one a statement ran on is the connection's, not the text's: none is named.
+        endpoints = dsn_endpoints(self.config.dsn)
+        host, _, port = endpoints[0].rpartition(":") if len(endpoints) == 1 else ("", "", "")
         self._target = db_target(
             str(info.get("dbname") or info.get("user") or "") or None,
-            str(info.get("host") or "") or None,
+            host or None,
             int(port) if port.isdigit() else None,
         )
         return self._target

@@ -16,15 +16,23 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 import trio
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db.bridge import current_loop, run_on_loop
-from dataplane.db.connection import Connection, DatabaseConfig, close_now, connect, translate
+from dataplane.db.connection import (
+    Connection,
+    DatabaseConfig,
+    close_now,
+    connect,
+    dsn_endpoints,
+    translate,
+)
 from dataplane.db.sql import q
 from dataplane.errors import ConfigError, DatabaseUnavailable
 
@@ -48,7 +56,7 @@ async def require_session_pooling(
     channel = CHANNEL_PREFIX + secrets.token_hex(8)
     listening = await connect(config, loop)
     try:
-        sender = await connect(config, loop)
+        sender = await connect(same_server(config, listening), loop)
         try:
             with trio.fail_after(config.call_timeout):
                 listen = pgsql.SQL(q("listen")).format(channel=pgsql.Identifier(channel))
@@ -101,9 +109,18 @@ async def _heard(conn: Connection, channel: str, within: float) -> bool:
 
 
 def _where(dsn: str) -> str:
-    """host:port of a DSN, for the message (never its password)."""
-    try:
-        info = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "this DSN"
-    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}"
+    """host:port of each server a DSN names, for the message (never its password)."""
+    return ", ".join(dsn_endpoints(dsn)) or "this DSN"
+
+
+def same_server(config: DatabaseConfig, conn: Connection) -> DatabaseConfig:
+    """``config`` aimed at the one server ``conn`` reached: with a multi-host DSN (and
+    libpq's ``load_balance_hosts=random``) a second connection could reach another
+    server, where the first one's LISTEN is not, and the check would blame pooling."""
+    if len(dsn_endpoints(config.dsn)) < 2:
+        return config
+    params = conninfo_to_dict(config.dsn)
+    params.pop("hostaddr", None)
+    params.pop("load_balance_hosts", None)
+    params.update(host=conn.info.host, port=str(conn.info.port))
+    return replace(config, dsn=make_conninfo(**params))  # type: ignore[arg-type]

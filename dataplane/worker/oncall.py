@@ -22,7 +22,10 @@ worker takes over and claims what this one could not) -> ``waiting`` once a slot
 is free again. A worker with
 no free slot never waits for the lock.
 
-Failure handling: while the lock's connection is down the worker is
+Failure handling: a worker on call looks at its lock's connection every second (no
+round trip): when the server hung up (a restart, a failover: session locks die with
+the old primary) the lock is gone and the worker is degraded, as when a statement on
+it fails. While the lock's connection is down the worker is
 ``degraded``: it LISTENs and answers every notify (a herd, not a stall); it
 reconnects after 2 s, then every 5 s. A crashed holder's lock dies with its
 connection, and the longest waiter takes the call (LISTEN, then claim). While the
@@ -46,12 +49,13 @@ import trio
 
 from dataplane.db import Listener
 from dataplane.db.lock import SessionLock
-from dataplane.errors import DatabaseError
+from dataplane.errors import DatabaseError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAYS = (2.0, 5.0)  # seconds before retrying the lock after a failure
 STEP_DOWN_AFTER = 0.05  # seconds a full worker stays on call before letting go
+LOCK_CHECK_SECONDS = 1.0  # while on call: how often the lock's connection is looked at
 
 
 class OnCall:
@@ -127,7 +131,7 @@ class OnCall:
                             await self._follow()
                             self._settled = True
                             try:
-                                await self._changed.wait()
+                                await self._wait_changed()
                             finally:
                                 self._settled = False
                         failures = 0
@@ -150,6 +154,20 @@ class OnCall:
             await trio.sleep_forever()
         finally:
             self.lock.close()
+
+    async def _wait_changed(self) -> None:
+        """Wait for a change of slots; while on call, check every
+        :data:`LOCK_CHECK_SECONDS` that the lock still lives (a failover takes it with
+        the old primary, and a holder runs no statement to find out)."""
+        while not self._changed.is_set():
+            if not self.lock.held:
+                await self._changed.wait()
+                return
+            with trio.move_on_after(LOCK_CHECK_SECONDS):
+                await self._changed.wait()
+            if self.lock.lost():
+                self.lock.close()
+                raise DatabaseUnavailable("the on-call lock's connection is gone")
 
     async def _step_down_if_still_full(self) -> None:
         """Let go once full for :data:`STEP_DOWN_AFTER` (a draining worker, whose slots

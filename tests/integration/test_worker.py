@@ -216,6 +216,28 @@ async def _waiting_for_the_call(db: Database, sessions: int) -> bool:
     return held == 1 and waiting == sessions
 
 
+async def test_a_lock_lost_with_its_server_session_is_taken_again(
+    queue: QueueClient, db: Database
+) -> None:
+    """A failover (or a restart) ends the on-call lock's session while its holder runs
+    no statement on it: the holder finds out (issue #33) and takes the call again on the
+    server it reaches now, instead of believing it holds a lock nobody holds."""
+    async with running_worker(queue, **NO_POLLS) as (worker, _):
+        await wait_until(lambda: worker.oncall.on_call and _hears_wake(worker))
+        assert await session_locks(db) == (1, 0)
+        takeovers = worker.statistics().takeovers
+        await db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks"
+            " WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+        )
+        await wait_until(lambda: worker.statistics().takeovers > takeovers, within=10)
+        await wait_until(lambda: worker.oncall.on_call)
+        assert await session_locks(db) == (1, 0)
+        enq = await submit(queue, "probe", "echo", {"value": "after the lock came back"})
+        with trio.fail_after(5):  # no polls: the wake notify of the worker on call
+            assert (await wait_done(queue, enq.job_id)).status == "done"
+
+
 async def test_a_full_worker_lets_another_answer_the_notify(queue: QueueClient) -> None:
     no_polls = {**NO_POLLS, "concurrency": 1}
     async with (
