@@ -37,7 +37,7 @@ def pins(lock: Path) -> dict[str, tuple[str, frozenset[str]]]:
     found: dict[str, tuple[str, frozenset[str]]] = {}
     name = version = ""
     hashes: set[str] = set()
-    for line in lock.read_text().splitlines() + [""]:
+    for line in [*lock.read_text().splitlines(), ""]:
         match = PIN.match(line)
         if match or not line.startswith(" "):
             if name:
