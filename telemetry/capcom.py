@@ -80,8 +80,8 @@ CONNECT_TIMEOUT = 3.0  # seconds to open one
 INSERT_TIMEOUT = 5.0  # seconds the INSERT may take
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its ping
 REQUIRE_TRIO = (
-    "telemetry.capcom must be served under Trio: run "
-    "`hypercorn -k trio telemetry.capcom:app` (Hypercorn's asyncio worker cannot run it)"
+    "telemetry.capcom must be served under Trio: run `dataplane capcom` (or "
+    "`hypercorn -k trio telemetry.capcom:app`; Hypercorn's asyncio worker cannot run it)"
 )
 
 

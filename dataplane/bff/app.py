@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 BODY_TIMEOUT = 10  # seconds a client may take to send its body
 STARTUP_WAIT = 10.0  # seconds to wait for LISTEN before serving anyway
 REQUIRE_TRIO = (
-    "dataplane.app must be served under Trio: run `hypercorn -k trio dataplane.app:app` "
-    "(Hypercorn's asyncio worker cannot run the Trio-based data plane)"
+    "dataplane.app must be served under Trio: run `dataplane bff` (or "
+    "`hypercorn -k trio dataplane.app:app`; Hypercorn's asyncio worker cannot run "
+    "the Trio-based data plane)"
 )
 
 

@@ -12,7 +12,9 @@ the connection). The guard installs nothing: the process's entry point does
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -66,6 +68,33 @@ def shield_final_send(send: Send) -> Send:
     return send_shielded_at_end
 
 
+def end_hypercorn_parent() -> None:
+    """In a worker process of Hypercorn's CLI (``hypercorn app``, any ``-w``): SIGKILL
+    its parent, so the command exits non-zero.
+
+    Hypercorn's parent (0.18, ``hypercorn.run.run``) reads a dead worker's status, then
+    overwrites it with that of a final join over the workers still running — none — and
+    exits 0 (docs/known-issues.md 5): a worker's own status cannot reach a supervisor.
+    Killing the parent is the one channel left without patching Hypercorn. SIGKILL,
+    because the parent handles SIGTERM, SIGINT and SIGHUP as a clean stop or a reload.
+    Only the parent that spawned this worker (``multiprocessing``, target in
+    ``hypercorn``, still our parent) is ended; with ``-w 0`` (no parent) nothing is.
+    """
+    parent = multiprocessing.parent_process()
+    target = getattr(multiprocessing.current_process(), "_target", None)
+    if parent is None or parent.pid is None or os.getppid() != parent.pid:
+        return
+    if not getattr(target, "__module__", "").startswith("hypercorn."):
+        return
+    print(
+        f"error: ending Hypercorn's parent process {parent.pid} with SIGKILL: "
+        "its CLI reports a failed worker as exit 0",
+        file=sys.stderr,
+        flush=True,
+    )
+    os.kill(parent.pid, signal.SIGKILL)
+
+
 # -- http.server.request.duration ---------------------------------------------------------
 
 
@@ -108,6 +137,7 @@ class RequireTrio:
                     # Say why, then end the worker process with a failure status: under
                     # asyncio, Hypercorn would log a failed lifespan and exit 0.
                     print(f"error: {self.message}", file=sys.stderr, flush=True)
+                    end_hypercorn_parent()
                     os._exit(3)
                 if message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
