@@ -22,7 +22,7 @@ from dataplane.bff.tokens import StreamGrant, requester_of
 from dataplane.bff.urls import blob_url
 from dataplane.edge import ApiError, note
 from dataplane.envelope import Auth
-from dataplane.errors import DatabaseUnavailable
+from dataplane.errors import DatabaseError, DatabaseUnavailable
 from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
 from dataplane.queue import JobRow
 from dataplane.surfaces.manifest import Surface
@@ -42,12 +42,27 @@ def bearer(p: Plane) -> Auth:
         raise ApiError(401, str(exc)) from None
 
 
+NOT_MIGRATED = frozenset({"42P01", "42883"})  # undefined table, undefined function
+
+
+def refuse_unmigrated(exc: DatabaseError) -> None:
+    """A queue DB without this release's schema (the BFF started before ``dataplane
+    migrate`` finished) answers 503 with Retry-After, saying so: not a 500."""
+    if exc.sqlstate in NOT_MIGRATED:
+        raise ApiError(
+            503, "the queue database is not migrated yet: run `dataplane migrate`"
+        ) from None
+
+
 async def queue_call(call: Awaitable[T]) -> T:
-    """Await a queue call; an unreachable queue DB answers 503."""
+    """Await a queue call; an unreachable or unmigrated queue DB answers 503."""
     try:
         return await call
     except DatabaseUnavailable as exc:
         raise ApiError(503, f"the queue is unreachable: {exc}") from None
+    except DatabaseError as exc:
+        refuse_unmigrated(exc)
+        raise
 
 
 @dataclass(frozen=True, slots=True)

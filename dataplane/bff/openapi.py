@@ -279,7 +279,7 @@ FIXED_PATHS["/healthz"] = {
 FIXED_PATHS["/readyz"] = {
     "get": {
         "operationId": "readyz",
-        "summary": "Readiness: queue DB reachable and LISTEN up",
+        "summary": "Readiness: queue DB reachable and migrated, LISTEN up",
         "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
     }
 }

@@ -58,6 +58,7 @@ class Plane:
     load: LiveLoad
     verifier: JwtVerifier
     tokens: StreamTokens
+    migrated: bool = False  # /readyz saw every migration of this release applied
 
     def queue_type(self, surface: Surface) -> QueueType:
         return surface.queue_type(self.config.queue_suffix)

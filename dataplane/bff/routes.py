@@ -28,6 +28,7 @@ from dataplane.bff.jobs import (
     job_target,
     queue_call,
     read_job,
+    refuse_unmigrated,
     traceparent_of,
 )
 from dataplane.bff.plane import BffState, Plane
@@ -45,6 +46,7 @@ from dataplane.edge import (
 )
 from dataplane.envelope import Envelope
 from dataplane.errors import (
+    DatabaseError,
     DatabaseUnavailable,
     HttpError,
     InvalidArgument,
@@ -134,6 +136,9 @@ async def enqueue(surface_id: str) -> Response:
             raise ApiError(400, f"params: {exc}") from None
         except DatabaseUnavailable as exc:
             raise ApiError(503, f"the queue is unreachable: {exc}") from None
+        except DatabaseError as exc:
+            refuse_unmigrated(exc)
+            raise
         except QueueFull as exc:
             refused = {QUEUE_TYPE: queue_type.name, "dataplane.scope": exc.scope}
             instruments().refused.add(1, refused)

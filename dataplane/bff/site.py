@@ -26,6 +26,7 @@ from dataplane.db import q
 from dataplane.edge import ApiError, json_response, prometheus_response, require_bearer
 from dataplane.errors import DatabaseError
 from dataplane.observability.otel import prometheus_text
+from dataplane.queue.migrations import pending
 
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
 STATIC = Path(__file__).resolve().parent / "static"
@@ -66,22 +67,30 @@ async def healthz() -> Response:
 
 @site.get("/readyz")
 async def readyz() -> Response:
-    """Ready: the plane serves, its pump listens, the queue DB answers; else 503 with
-    the checks and, when the plane is down, why."""
+    """Ready: the plane serves, its pump listens, the queue DB answers and has this
+    release's migrations; else 503 with the checks and, when the plane is down or the
+    schema behind, why."""
     s = state()
     current = s.plane
     checks: dict[str, Any] = {"configured": current is not None}
+    why = s.why
     if current is not None:
         checks["listening"] = current.pump.listening
         try:
             await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
             checks["queueDb"] = True
+            if not current.migrated:  # once seen, a schema stays migrated
+                missing = await pending(current.db, call_timeout=READY_TIMEOUT)
+                current.migrated = not missing
+                why = f"the queue database lacks {len(missing)} migration(s) from "
+                why += f"{missing[0] if missing else '-'}: run `dataplane migrate`"
+            checks["migrated"] = current.migrated
         except DatabaseError:
             checks["queueDb"] = False
     ok = all(checks.values()) and current is not None
     body: dict[str, Any] = {"status": "ready" if ok else "not ready", "checks": checks}
-    if current is None:
-        body["reason"] = s.why
+    if current is None or checks.get("migrated") is False:
+        body["reason"] = why
     return json_response(body, 200 if ok else 503)
 
 

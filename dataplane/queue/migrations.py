@@ -12,11 +12,11 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import LiteralString
+from typing import Any, LiteralString
 
 from dataplane.db import Connection, Database, q
 from dataplane.db.sql import sql_root
-from dataplane.errors import ConfigError
+from dataplane.errors import ConfigError, DatabaseError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,23 @@ async def migrate(db: Database, directory: Path | None = None) -> list[str]:
     for version in applied:
         log.info("migration applied: %s", version)
     return applied
+
+
+UNDEFINED_TABLE = "42P01"
+
+
+async def pending(db: Database, *, call_timeout: float | None = None) -> list[str]:
+    """The migrations this release ships that ``db`` has not applied (all of them when it
+    was never migrated). A database migrated further, by a newer release, has none."""
+    try:
+        kw: dict[str, Any] = {} if call_timeout is None else {"call_timeout": call_timeout}
+        rows = await db.fetchall(q("migration_applied"), **kw)
+    except DatabaseError as exc:
+        if exc.sqlstate != UNDEFINED_TABLE:
+            raise
+        rows = []
+    done = {row["version"] for row in rows}
+    return [m.version for m in available() if m.version not in done]
 
 
 async def _apply(conn: Connection, migrations: list[Migration]) -> list[str]:
