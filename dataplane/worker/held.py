@@ -17,15 +17,20 @@ most ``concurrency`` executing, and at most ``PIPELINE_DEPTH * concurrency`` hel
 in all (handed-off rows waiting for their commit included), so a slow queue DB
 holds back claiming instead of piling up unwritten rows.
 
-Claims are keyed by (job id, dequeue count), not by job: a job failed with no
-backoff can be claimed again by this worker before its first run has finished
-its bookkeeping.
+Claims are kept by identity, not by job nor by (job id, dequeue count): the same
+job can be held twice at once. A job failed with no backoff can be claimed again by
+this worker before its first run has finished its bookkeeping; and after a Postgres
+failover that lost a claim's commit (a commit the old primary acknowledged before
+its standby had it), the new primary hands the same job out again with the same
+dequeue count while the first claim is still held here, its completion to be fenced
+out. Keyed by (job id, dequeue count), the second claim replaced the first, whose
+removal then took the second's entry, and the second's removal raised KeyError and
+ended the worker (found by tests/ha).
 """
 
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -60,7 +65,7 @@ class HeldJobs:
         on_hand_off: Callable[[], None] | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self._held: dict[tuple[uuid.UUID, int], Running] = {}
+        self._held: dict[Running, None] = {}  # by identity (Running has eq=False), in order
         self._executing = 0  # held and not yet handed off
         self._on_hand_off = on_hand_off  # a slot came free
         self._on_change = on_change  # a claim was added, handed off or removed
@@ -71,7 +76,7 @@ class HeldJobs:
         running = Running(job)
         if not self._held:  # busy from now on (no one waits on the set event any more)
             self._idle = trio.Event()
-        self._held[job.id, job.dequeue_count] = running
+        self._held[running] = None
         self._executing += 1
         if self._on_change is not None:
             self._on_change()
@@ -89,7 +94,7 @@ class HeldJobs:
             self._on_change()
 
     def remove(self, running: Running) -> None:
-        del self._held[running.job.id, running.job.dequeue_count]
+        del self._held[running]
         if not running.finishing:
             self._executing -= 1
         if not self._held:
@@ -107,10 +112,10 @@ class HeldJobs:
 
     def running(self) -> Iterable[Running]:
         """Every held claim (a view: do not add or remove while iterating)."""
-        return self._held.values()
+        return self._held.keys()
 
     def renewable(self) -> list[Running]:
-        return [r for r in self._held.values() if r.renewable]
+        return [r for r in self._held if r.renewable]
 
     def __len__(self) -> int:
         return len(self._held)
