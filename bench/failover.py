@@ -61,6 +61,7 @@ async def run(args: argparse.Namespace, cluster: HACluster, logs: Path) -> list[
     try:
         await stack.start()
         for fault in args.faults:
+            await trio.to_thread.run_sync(cluster.wait_synchronous, 90)  # the promise's premise
             old = cluster.primary()
             assert old is not None, "no primary"
 

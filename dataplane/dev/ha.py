@@ -168,6 +168,13 @@ class HACluster:
             n.rest("/sync")[0] == 200 for n in self.nodes if n is not prim
         )
 
+    def wait_synchronous(self, timeout: float = UP_TIMEOUT) -> None:
+        """Block until there is a primary and a synchronous standby. After a failover the
+        old primary rejoins as a replica and, until Patroni names it synchronous again,
+        commits are acknowledged without it: losing the primary in that window loses them
+        (non-strict ``synchronous_mode``; see docs/known-issues.md)."""
+        self._wait(self.healthy, "a primary with a synchronous standby", timeout)
+
     def patronictl(self, *args: str) -> subprocess.CompletedProcess[str]:
         venv = patroni_venv()
         conf = self.state / f"{self.nodes[0].name}.yml"

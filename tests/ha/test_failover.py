@@ -121,6 +121,9 @@ async def test_switchover_then_node_loss_under_load(cluster: HACluster, tmp_path
         second = cluster.primary()
         assert second is not None and second is not first
         await _locks_retaken(cluster)
+        # The topology's promise (a 202 exists on the standby) holds once the old primary
+        # is the synchronous standby again: a node lost before that loses commits.
+        await trio.to_thread.run_sync(cluster.wait_synchronous, 90)
 
         async def node_loss() -> None:
             cluster.kill_node(second)
