@@ -73,7 +73,6 @@ from bench.harness.result import Result, interruptible, print_figures
 from bench.harness.stack import QUEUE_TYPE, migrate_schema, stack_env
 from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, Gap, open_bridge, open_database, q
-from dataplane.envelope import Auth, Envelope
 from dataplane.queue import (
     MAX_DEQUEUES,
     Completion,
@@ -82,6 +81,7 @@ from dataplane.queue import (
     to_json,
     wake_channel,
 )
+from dataplane.queue.envelope import Auth, Envelope
 
 PHASES = ("drain", "idle", "herd", "wake", "noop")
 STAFF = Auth(client="acme", user_id="1", actor_email="bench@acme.test", staff=True, branches=("*",))

@@ -14,9 +14,9 @@ This module is the public API a team writes its own surfaces with (see the READM
 Everything else in the package is the plane's own.
 """
 
+from dataplane.core.errors import HttpError
 from dataplane.db.sql import NamedQueries
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError
+from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import (
     STAFF_ONLY,
     BlobResult,

@@ -13,13 +13,13 @@ from typing import Any
 import trio
 
 from dataplane.compat import install_process
-from dataplane.config import from_env
+from dataplane.core.errors import DataPlaneError
+from dataplane.core.settings import from_env
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.deploy import command as deploy_command
-from dataplane.errors import DataPlaneError
-from dataplane.observability.logs import configure_logging
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
 from dataplane.queue.migrations import migrate
+from telemetry.logs import configure_logging
 
 log = logging.getLogger("dataplane")
 
@@ -97,13 +97,13 @@ async def _cmd_bff(args: argparse.Namespace) -> int:
 
 async def _cmd_capcom(args: argparse.Namespace) -> int:
     # By name: dataplane never imports telemetry (the layering contract).
-    return await _serve("telemetry.capcom:app", args)
+    return await _serve("dataplane.capcom.app:app", args)
 
 
 async def _serve(target: str, args: argparse.Namespace) -> int:
     """Serve ``target`` in this process until SIGINT/SIGTERM (then 0); an exception
     that ends the server propagates, so the process exits non-zero."""
-    from dataplane.edge import ServeConfig, serve_app
+    from dataplane.http import ServeConfig, serve_app
 
     config = from_env(ServeConfig)
     default_bind = config.bff_bind if args.command == "bff" else config.capcom_bind
@@ -172,7 +172,7 @@ def _cmd_new_surface(args: argparse.Namespace) -> int:
 
 
 async def _cmd_demo_db(args: argparse.Namespace) -> int:
-    from dataplane.errors import ConfigError
+    from dataplane.core.errors import ConfigError
     from dataplane.surfaces import SurfacesConfig
 
     builders = from_env(SurfacesConfig).registry().demo_db_builders()
@@ -207,9 +207,9 @@ async def _cmd_invalidate(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    from dataplane.bff.auth import mint_token
+    from dataplane.bff.auth.verifier import mint_token
     from dataplane.bff.config import JwtConfig
-    from dataplane.errors import ConfigError
+    from dataplane.core.errors import ConfigError
 
     jwt = from_env(JwtConfig)
     if not jwt.secret:

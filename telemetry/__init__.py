@@ -1,10 +1,13 @@
-"""capcom's telemetry receiver: ``hypercorn -k trio telemetry.capcom:app``.
+"""Instrumentation every process of the plane shares.
 
-:mod:`telemetry.capcom` takes the job reports the workers post to
-``/worker/job-finished`` and writes them to ``worker_runs``, which the wallboard
-reads. It is built on the plane's foundations (the DB bridge, the HTTP edge, the
-job report's one declaration in :mod:`dataplane.observability.report`) and the
-dependency runs one way only: ``telemetry`` imports ``dataplane``, never the reverse.
-The instrumentation every process shares (OpenTelemetry setup, spans, metrics) is
-:mod:`dataplane.observability`.
+* :mod:`~telemetry.otel`: OpenTelemetry setup per process (traces and
+  metrics; OTLP and Prometheus exporters only when configured);
+* :mod:`~telemetry.tracing`: the tracer, W3C traceparent helpers,
+  messaging and database span attributes;
+* :mod:`~telemetry.metrics`: every metric instrument, in one place;
+* :mod:`~telemetry.report`: the job report a worker sends to capcom
+  (``worker_runs``), declared once.
+
+A foundation layer: it imports only :mod:`dataplane.core.settings` and
+:mod:`dataplane.core.errors` of the plane, so every other layer may use it.
 """

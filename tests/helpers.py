@@ -12,11 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from dataplane.core.errors import LeaseLost
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
-from dataplane.envelope import Auth, Envelope
-from dataplane.errors import LeaseLost
 from dataplane.queue import Blob, ClaimedJob, Completion, EnqueueResult, QueueClient, StoredBlob
+from dataplane.queue.envelope import Auth, Envelope
 
 STAFF = Auth(client="acme", user_id="1", actor_email="ops@acme.test", staff=True, branches=("*",))
 NORTH = Auth(
@@ -145,7 +145,7 @@ def token(
     secret: str = JWT_SECRET,
     **extra: Any,
 ) -> str:
-    from dataplane.bff.auth import mint_token
+    from dataplane.bff.auth.verifier import mint_token
 
     return mint_token(
         secret,
@@ -211,7 +211,7 @@ class BffProcess:
         *,
         port: int,
         args: tuple[str, ...] = (),
-        app: str = "dataplane.app:app",  # or telemetry.capcom:app, also with /readyz
+        app: str = "dataplane.app:app",  # or dataplane.capcom.app:app, also with /readyz
         command: tuple[str, ...] | None = None,
     ) -> None:
         self.port = port
@@ -287,11 +287,11 @@ class BffProcess:
 
 
 def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProcess:
-    """A real ``hypercorn -k trio telemetry.capcom:app`` on a free port, taking ``token``."""
+    """A real ``hypercorn -k trio dataplane.capcom.app:app`` on a free port, taking ``token``."""
     return BffProcess(
         {**env, "CAPCOM_TOKEN": token},
         log_path,
         port=free_port(),
         args=("-k", "trio"),
-        app="telemetry.capcom:app",
+        app="dataplane.capcom.app:app",
     )

@@ -111,7 +111,7 @@ def test_encode_resource(benchmark: Any, resource: str) -> None:
     """The SDK's encoder (gRPC, or OTLP/HTTP without ``lean_otlp``) hashes the resource
     once a span: the process's resource (19 attributes here) as built, or hashed once."""
     from dataplane.compat.opentelemetry import hashed_resource
-    from dataplane.observability import otel
+    from telemetry import otel
 
     built = otel._resource("dataplane-worker", {"dataplane.surface": "surface-probe"})
     own = hashed_resource(built) if resource == "hashed" else built

@@ -3,12 +3,12 @@
 * :mod:`~dataplane.bff.app`: the Quart-Trio app and its lifespan;
 * :mod:`~dataplane.bff.config`: its configuration;
 * :mod:`~dataplane.bff.routes`: the routes (enqueue, stream, poll, blob, health, ...);
-* :mod:`~dataplane.bff.auth`: JWT verification and the signed stream tokens;
+* :mod:`~dataplane.bff.auth.verifier`: JWT verification and the signed stream tokens;
 * :mod:`~dataplane.bff.jobs`: reading a job for a caller, and a finished job's answer;
-* :mod:`~dataplane.bff.sse`: the Server-Sent Events of one job;
-* :mod:`~dataplane.bff.pump`: the reply pump (LISTEN on done channels, waiters, sweep);
+* :mod:`~dataplane.bff.reply.sse`: the Server-Sent Events of one job;
+* :mod:`~dataplane.bff.reply.pump`: the reply pump (LISTEN on done channels, waiters, sweep);
 * :mod:`~dataplane.bff.plane`: the process's queue DB, pump and verifiers;
-* :mod:`~dataplane.bff.urls`: the URL layout; :mod:`~dataplane.bff.openapi`: the
+* :mod:`~dataplane.bff.auth.urls`: the URL layout; :mod:`~dataplane.bff.openapi`: the
   OpenAPI document; ``static/``: the browser client and the demo page.
 
 The BFF never imports the worker.

@@ -2,7 +2,7 @@
 
 :func:`create_app` builds the Quart-Trio app: the routes of
 :mod:`dataplane.bff.routes` and :mod:`dataplane.bff.site`, the shared error handling
-of :mod:`dataplane.edge`,
+of :mod:`dataplane.http`,
 and a lifespan that reads :class:`~dataplane.bff.config.BffConfig` and starts the
 plane (:func:`~dataplane.bff.plane.serve_plane`) in a task of the app's nursery:
 the pump has executed LISTEN before the server accepts streams (or, with the DB
@@ -19,19 +19,19 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 
-from dataplane.bff.auth import JwtVerifier
+from dataplane.bff.auth.tokens import StreamTokens
+from dataplane.bff.auth.verifier import JwtVerifier
 from dataplane.bff.config import BffConfig
 from dataplane.bff.invalidate import invalidation
 from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
 from dataplane.bff.routes import MAX_BODY_BYTES, routes
 from dataplane.bff.site import site
-from dataplane.bff.tokens import StreamTokens
 from dataplane.compat import install_edge, install_process
-from dataplane.config import from_env
-from dataplane.edge import RequireTrio, install_error_handlers
-from dataplane.observability.logs import configure_logging
-from dataplane.observability.otel import setup_telemetry
-from dataplane.runtime import BFF_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
+from dataplane.core.runtime import BFF_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
+from dataplane.core.settings import from_env
+from dataplane.http import RequireTrio, install_error_handlers
+from telemetry.logs import configure_logging
+from telemetry.otel import setup_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def create_app() -> QuartTrio:
 
     @app.before_serving
     async def start_plane() -> None:
-        configure_logging()  # Hypercorn's error log joins it (dataplane.edge.serve.EdgeLogger)
+        configure_logging()  # Hypercorn's error log joins it (dataplane.http.serve.EdgeLogger)
         if state.telemetry is None:
             state.telemetry = setup_telemetry("dataplane-bff")
         try:
@@ -81,7 +81,7 @@ def create_app() -> QuartTrio:
     @app.before_request
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
-        # here first (rate-limited: see dataplane.bff.jwks.JwksKeys).
+        # here first (rate-limited: see dataplane.bff.auth.jwks.JwksKeys).
         if state.plane is not None:
             await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
 

@@ -3,7 +3,7 @@
 :class:`LiveLoad` keeps the live-row counts by (type, client) as of its last
 refresh (one grouped read of the queue DB each second, by the BFF's own task)
 plus the jobs this BFF has added since. :meth:`LiveLoad.check` refuses a new job
-(:class:`~dataplane.errors.QueueFull`) once the type holds ``max_live`` live rows
+(:class:`~dataplane.core.errors.QueueFull`) once the type holds ``max_live`` live rows
 (``scope="type"``, answered 503) or the client ``max_live_per_client`` of them
 (``scope="client"``, answered 429). Attaching to an identical live job adds no
 row and is never refused. The counts are a second old at most, so several BFFs
@@ -19,7 +19,7 @@ from collections import Counter
 
 import trio
 
-from dataplane.errors import DatabaseError, QueueFull
+from dataplane.core.errors import DatabaseError, QueueFull
 from dataplane.queue import QueueClient, QueueConfig
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
-"""The BFF's configuration (read by :func:`dataplane.config.from_env` at startup)."""
+"""The BFF's configuration (read by :func:`dataplane.core.settings.from_env` at startup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.config import nested, setting
+from dataplane.core.settings import nested, setting
 from dataplane.queue import QueueConfig
 from dataplane.queue.types import SUFFIXES
 from dataplane.surfaces import SurfacesConfig

@@ -28,8 +28,8 @@ from quart import Blueprint, Response, request
 from dataplane.bff.jobs import bearer, queue_call
 from dataplane.bff.plane import Plane
 from dataplane.bff.routes import json_body, plane, surface_of
-from dataplane.edge import ApiError, json_response, server_span
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
+from dataplane.http import ApiError, json_response, server_span
 from dataplane.queue.types import check_tag, client_tag
 
 MAX_TAGS = 100

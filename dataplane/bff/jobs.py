@@ -16,16 +16,16 @@ from typing import Any, TypeVar
 
 from quart import request
 
-from dataplane.bff.auth import AuthError
+from dataplane.bff.auth.tokens import StreamGrant, requester_of
+from dataplane.bff.auth.urls import blob_url
+from dataplane.bff.auth.verifier import AuthError
 from dataplane.bff.plane import Plane
-from dataplane.bff.tokens import StreamGrant, requester_of
-from dataplane.bff.urls import blob_url
-from dataplane.edge import ApiError, note
-from dataplane.envelope import Auth
-from dataplane.errors import DatabaseError, DatabaseUnavailable
-from dataplane.observability.metrics import OUTCOME, QUEUE_TYPE, instruments
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable
+from dataplane.http import ApiError, note
 from dataplane.queue import JobRow
+from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import Surface
+from telemetry.metrics import OUTCOME, QUEUE_TYPE, instruments
 
 T = TypeVar("T")
 

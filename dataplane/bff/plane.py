@@ -23,20 +23,20 @@ from dataclasses import dataclass
 
 import trio
 
-from dataplane.bff.auth import JwtVerifier
+from dataplane.bff.auth.tokens import StreamTokens
+from dataplane.bff.auth.verifier import JwtVerifier
 from dataplane.bff.backpressure import LiveLoad
 from dataplane.bff.config import BffConfig
-from dataplane.bff.pump import ReplyPump
-from dataplane.bff.tokens import StreamTokens
+from dataplane.bff.reply.pump import ReplyPump
+from dataplane.core.errors import ConfigError
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.db.session import wait_session_pooling
-from dataplane.errors import ConfigError
-from dataplane.observability.metrics import initialise
-from dataplane.observability.otel import Telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.batching import Enqueuer
 from dataplane.queue.growth import GrowthWatch
 from dataplane.surfaces.manifest import Surface
+from telemetry.metrics import initialise
+from telemetry.otel import Telemetry
 
 log = logging.getLogger(__name__)
 

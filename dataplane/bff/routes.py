@@ -9,7 +9,7 @@
 The routes around the plane (health, readiness, metrics, the demo page, the OpenAPI
 document) are :mod:`dataplane.bff.site`'s.
 
-Errors are ``{"error": {"status", "code", "message"}}`` (:mod:`dataplane.edge`).
+Errors are ``{"error": {"status", "code", "message"}}`` (:mod:`dataplane.http`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from quart import Blueprint, Response, current_app, request
 
-from dataplane.bff import prefer
-from dataplane.bff.answers import known_answer
+from dataplane.bff.auth.tokens import StreamGrant, requester_of
+from dataplane.bff.auth.urls import poll_url, stream_url
 from dataplane.bff.jobs import (
     answer,
     bearer,
@@ -32,11 +32,18 @@ from dataplane.bff.jobs import (
     traceparent_of,
 )
 from dataplane.bff.plane import BffState, Plane
-from dataplane.bff.pump import Waiter
-from dataplane.bff.sse import EVENT_FINAL, EVENT_QUEUED, job_events
-from dataplane.bff.tokens import StreamGrant, requester_of
-from dataplane.bff.urls import poll_url, stream_url
-from dataplane.edge import (
+from dataplane.bff.reply import prefer
+from dataplane.bff.reply.answers import known_answer
+from dataplane.bff.reply.pump import Waiter
+from dataplane.bff.reply.sse import EVENT_FINAL, EVENT_QUEUED, job_events
+from dataplane.core.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    HttpError,
+    InvalidArgument,
+    QueueFull,
+)
+from dataplane.http import (
     ApiError,
     cork_next_write,
     current_exchange,
@@ -44,25 +51,18 @@ from dataplane.edge import (
     note,
     server_span,
 )
-from dataplane.envelope import Envelope
-from dataplane.errors import (
-    DatabaseError,
-    DatabaseUnavailable,
-    HttpError,
-    InvalidArgument,
-    QueueFull,
-)
-from dataplane.observability.metrics import OPERATION, QUEUE_TYPE, instruments
-from dataplane.observability.tracing import (
+from dataplane.queue import EnqueueResult, JobRow
+from dataplane.queue.blobs import blob_chunks
+from dataplane.queue.envelope import Envelope
+from dataplane.surfaces.manifest import Surface
+from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
+from telemetry.tracing import (
     context_from,
     current_traceparent,
     links_to,
     messaging,
     tracer,
 )
-from dataplane.queue import EnqueueResult, JobRow
-from dataplane.queue.blobs import blob_chunks
-from dataplane.surfaces.manifest import Surface
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 32  # nesting levels a request body may have

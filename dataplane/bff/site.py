@@ -22,11 +22,11 @@ from quart import Blueprint, Response
 
 from dataplane.bff.openapi import openapi_document
 from dataplane.bff.routes import state
+from dataplane.core.errors import DatabaseError
 from dataplane.db import q
-from dataplane.edge import ApiError, json_response, prometheus_response, require_bearer
-from dataplane.errors import DatabaseError
-from dataplane.observability.otel import prometheus_text
+from dataplane.http import ApiError, json_response, prometheus_response, require_bearer
 from dataplane.queue.migrations import pending
+from telemetry.otel import prometheus_text
 
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
 STATIC = Path(__file__).resolve().parent / "static"

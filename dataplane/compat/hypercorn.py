@@ -4,7 +4,7 @@
   replaces ``hypercorn.protocol.H11Protocol`` so ``100 Continue`` goes out only once
   the app reads the body (``docs/known-issues.md`` 2); it also joins a sized
   response's head to its body in one socket write, and honours
-  :func:`~dataplane.edge.exchange.cork_next_write` (speed, part of the same class).
+  :func:`~dataplane.http.exchange.cork_next_write` (speed, part of the same class).
 * ``keep_alive_timer`` (speed): :class:`KeepAliveTimer` replaces
   ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``):
   against the stock path, alternated, BFF CPU per ``Prefer`` answer 0.83 of stock
@@ -12,7 +12,7 @@
 * (``lean_send``, which replaced ``TCPServer.protocol_send`` to write without a
   scheduler pass, was removed: against the stock path, alternated, it did not show 5 %
   on ``bench/load.py --ab``; ``docs/perf/compat-ab.md``.)
-* ``edge_logger`` (ours, always on): :class:`~dataplane.edge.serve.EdgeLogger` as
+* ``edge_logger`` (ours, always on): :class:`~dataplane.http.serve.EdgeLogger` as
   ``hypercorn.config.Config.logger_class``.
 
 Connections are HTTP/1.1 only and closed on time whatever is installed
@@ -36,8 +36,8 @@ from hypercorn.events import RawData
 from hypercorn.protocol.events import StreamClosed
 
 from dataplane.compat.http11 import HTTP11OnlyProtocol, guard_connections
-from dataplane.edge.exchange import current_exchange
-from dataplane.edge.serve import route_hypercorn_logs
+from dataplane.http.exchange import current_exchange
+from dataplane.http.serve import route_hypercorn_logs
 
 DISTRIBUTION = "hypercorn"
 TESTED = ((0, 18),)  # minor versions; requirements.lock pins 0.18.0

@@ -4,7 +4,7 @@ reads the body (correctness, always on: ``docs/known-issues.md`` 2).
 :class:`ContinueRequest` / :class:`ContinueBody` replace ``TrioRequest`` /
 ``TrioBody`` as the app's ``request_class``; the body reads ``TrioBody._must_raise``
 (a body already refused as too large invites nothing). The hook comes from the
-request's scope (:data:`dataplane.edge.guard.CONTINUE_EXTENSION`), set by the guard
+request's scope (:data:`dataplane.http.guard.CONTINUE_EXTENSION`), set by the guard
 when :mod:`dataplane.compat.hypercorn`'s protocol serves the connection.
 
 Tested with quart-trio 0.12.0 and quart 0.22.0 (requirements.lock; pyproject.toml caps
@@ -19,7 +19,7 @@ from typing import Any
 from quart_trio import QuartTrio
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 
-from dataplane.edge.guard import CONTINUE_EXTENSION, SendContinue
+from dataplane.http.guard import CONTINUE_EXTENSION, SendContinue
 
 DISTRIBUTION = "quart-trio"
 TESTED = ((0, 12),)

@@ -2,7 +2,7 @@
 
 The lowest layer of the plane: it imports nothing above itself. It is the only
 package that touches psycopg connections, and the one boundary where driver
-errors become the project's (:mod:`dataplane.errors`).
+errors become the project's (:mod:`dataplane.core.errors`).
 
 * :mod:`~dataplane.db.bridge`: the process's asyncio loop inside Trio;
 * :mod:`~dataplane.db.connection`: how to reach a database, the error boundary;

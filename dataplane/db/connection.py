@@ -1,7 +1,7 @@
 """Connections: how to reach a database, opening and closing, and the error boundary.
 
 :func:`translate` is the one place where driver errors become the project's
-(``dataplane.errors``); nothing above ``dataplane.db`` catches ``psycopg``
+(``dataplane.core.errors``); nothing above ``dataplane.db`` catches ``psycopg``
 exceptions.
 """
 
@@ -18,8 +18,8 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 from dataplane.db.bridge import run_on_loop
-from dataplane.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 
 log = logging.getLogger(__name__)
 

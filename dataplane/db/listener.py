@@ -23,11 +23,11 @@ import psycopg
 import trio
 from psycopg import sql as pgsql
 
+from dataplane.core.errors import DatabaseUnavailable, InvalidArgument
 from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, close_now, connect, translate
 from dataplane.db.sql import q
-from dataplane.errors import DatabaseUnavailable, InvalidArgument
-from dataplane.observability.metrics import track_listener
+from telemetry.metrics import track_listener
 
 log = logging.getLogger(__name__)
 

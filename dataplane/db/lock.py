@@ -36,6 +36,7 @@ import psycopg
 import trio
 from psycopg.rows import DictRow
 
+from dataplane.core.errors import DatabaseUnavailable
 from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import (
     Connection,
@@ -46,7 +47,6 @@ from dataplane.db.connection import (
     translate,
 )
 from dataplane.db.sql import q
-from dataplane.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ died with it. An error the server answered with (a statement or lock timeout
 included, though it comes out as ``DatabaseUnavailable``) leaves the connection in
 use, and the idle ones, as they are.
 
-Tracing (:mod:`dataplane.observability.tracing`): a statement is a client span
+Tracing (:mod:`telemetry.tracing`): a statement is a client span
 only inside a trace — live under the current recording span, or recorded after the
 fact in the traces a ``parents`` callback names from its rows — so with the no-op
 tracer, or outside any trace, it costs one context lookup.
@@ -31,6 +31,7 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow
 
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
 from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import (
     Connection,
@@ -44,9 +45,8 @@ from dataplane.db.connection import (
 )
 from dataplane.db.listener import Listener
 from dataplane.db.sql import statement_name
-from dataplane.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
-from dataplane.observability.metrics import track_pool
-from dataplane.observability.tracing import (
+from telemetry.metrics import track_pool
+from telemetry.tracing import (
     Statement,
     db_attributes,
     db_target,

@@ -24,6 +24,7 @@ import trio
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from dataplane.core.errors import ConfigError, DatabaseUnavailable
 from dataplane.db.bridge import current_loop, run_on_loop
 from dataplane.db.connection import (
     Connection,
@@ -34,7 +35,6 @@ from dataplane.db.connection import (
     translate,
 )
 from dataplane.db.sql import q
-from dataplane.errors import ConfigError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

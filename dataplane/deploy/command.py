@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from dataplane import __version__
-from dataplane.config import from_env
+from dataplane.core.settings import from_env
 from dataplane.surfaces import SurfacesConfig
 
 DEFAULT_IMAGE = f"dataplane:{__version__}"  # an overlay's `images:` points it at a registry

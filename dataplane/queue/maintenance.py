@@ -15,8 +15,8 @@ import logging
 
 import trio
 
+from dataplane.core.errors import DatabaseError
 from dataplane.db import Database
-from dataplane.errors import DatabaseError
 from dataplane.queue.poison import report_lapsed
 from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, LiteralString
 
+from dataplane.core.errors import ConfigError, DatabaseError
 from dataplane.db import Connection, Database, q
 from dataplane.db.sql import sql_root
-from dataplane.errors import ConfigError, DatabaseError
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from dataplane.observability.metrics import QUEUE_TYPE, REASON, instruments
-from dataplane.observability.tracing import poison_span
 from dataplane.queue.records import Poisoned
+from telemetry.metrics import QUEUE_TYPE, REASON, instruments
+from telemetry.tracing import poison_span
 
 LEASE_LAPSED = "lease_lapsed"  # dataplane.reason: its last attempt's lease lapsed
 CAUSE = "LEASE_LAPSED"  # error.type of the POISON event (the fail path's: the exception's)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
-from dataplane.errors import InvalidArgument
 from dataplane.queue.blobs import StoredBlob, blob_chunk, blob_head
 from dataplane.queue.records import JobRow, job_uuid
 from dataplane.queue.types import QueueType, check_queue_type, check_status

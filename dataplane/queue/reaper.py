@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import Connection, Database, q
-from dataplane.errors import InvalidArgument
 from dataplane.queue.blobs import delete_expired
 from dataplane.queue.records import Poisoned
 

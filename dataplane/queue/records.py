@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 from opentelemetry.context import Context
 
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
 from dataplane.queue.blobs import Blob
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

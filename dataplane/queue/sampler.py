@@ -20,10 +20,10 @@ from collections.abc import Iterable
 
 import trio
 
+from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, q
 from dataplane.db.lock import ElectedSession, open_elected
-from dataplane.errors import DatabaseError
-from dataplane.observability.metrics import (
+from telemetry.metrics import (
     QUEUE_STATES,
     publish_queue_sample,
     withdraw_queue_sample,

@@ -42,7 +42,7 @@ from collections import OrderedDict
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
 
 MIN_SECRET_CHARS = 32  # characters of each DATAPLANE_NOTIFY_SECRET
 KID_BYTES = 4

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import MAX_IDENTIFIER_BYTES
-from dataplane.errors import InvalidArgument
 
 PREFIX = "surface-"
 DEV_SUFFIX = "-dev"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.config import setting
-from dataplane.errors import ConfigError, InvalidArgument
+from dataplane.core.errors import ConfigError, InvalidArgument
+from dataplane.core.settings import setting
 from dataplane.queue import QueueType
 from dataplane.surfaces.manifest import Surface
 from dataplane.surfaces.registry import Registry, load_registry

@@ -6,7 +6,7 @@ worker trusts no BFF). A gate reads only the caller and the checked params, so b
 places decide alike. Gates are named (``"staff"``, ``"branch-in-scope:<param>"``,
 ``"client-match:<param>"``) so a declaration may give the name (:func:`gate_named`)
 and the OpenAPI document can list them; an unknown name is refused when the surface
-is built (:class:`~dataplane.errors.InvalidArgument`).
+is built (:class:`~dataplane.core.errors.InvalidArgument`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError, InvalidArgument
+from dataplane.core.errors import HttpError, InvalidArgument
+from dataplane.queue.envelope import Auth
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   (400/403/404) for an expected error: an answer, never retried.
 
 A declaration that cannot work is refused when the surface is built (and so when a
-process loads it): :class:`~dataplane.errors.InvalidArgument` naming the problem. A
+process loads it): :class:`~dataplane.core.errors.InvalidArgument` naming the problem. A
 surface id must name a queue type and channels on every tier
 (:func:`~dataplane.queue.types.check_surface_id`: at most 42 characters of ``a-z``,
 ``0-9`` and ``_``, starting with a letter, not ending in ``_dev``).
@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError, InvalidArgument
+from dataplane.core.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
+from dataplane.queue.envelope import Auth
 from dataplane.queue.types import check_surface_id, client_tag
 from dataplane.surfaces.gates import STAFF_ONLY, Gate, branch_in_scope, client_match, gate_named
 

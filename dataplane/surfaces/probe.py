@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from dataplane.errors import HttpError
+from dataplane.core.errors import HttpError
 from dataplane.surfaces.manifest import Operation, OperationContext, surface_of
 
 MAX_SLEEP_MS = 600_000

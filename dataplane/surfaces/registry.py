@@ -9,7 +9,7 @@ instead. An entry is a :class:`Surface`, a sequence of them, or a
 client DB they read). The built-in ``probe`` surface is added when enabled.
 
 Refused at load, one line naming the entry and the problem
-(:class:`~dataplane.errors.ConfigError`): an entry that cannot be imported or is
+(:class:`~dataplane.core.errors.ConfigError`): an entry that cannot be imported or is
 not a surface, two surfaces with one id, and whatever :class:`Operation` refuses
 (an unknown gate, a schema that does not compile, a handler that is not async).
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
-from dataplane.errors import ConfigError, DataPlaneError
+from dataplane.core.errors import ConfigError, DataPlaneError
 from dataplane.surfaces import probe
 from dataplane.surfaces.manifest import Surface
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
 from dataplane.queue.types import check_surface_id
 
 PYPROJECT = """\

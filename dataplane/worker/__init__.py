@@ -3,12 +3,12 @@
 * :mod:`~dataplane.worker.main`: boot checks and the process's lifetime;
 * :mod:`~dataplane.worker.config`: its configuration;
 * :mod:`~dataplane.worker.service`: :class:`Worker`, the services of one worker;
-* :mod:`~dataplane.worker.claimer`: claims, never more than the free slots;
-* :mod:`~dataplane.worker.leases`: the lease keeper (heartbeat);
-* :mod:`~dataplane.worker.executor`: one job's pipeline, claim to row write;
-* :mod:`~dataplane.worker.completer`: batched, retried completion;
-* :mod:`~dataplane.worker.held`: the claims held;
-* :mod:`~dataplane.worker.cache`: the TTL cache and single-flight;
+* :mod:`~dataplane.worker.claims.claimer`: claims, never more than the free slots;
+* :mod:`~dataplane.worker.claims.leases`: the lease keeper (heartbeat);
+* :mod:`~dataplane.worker.pipeline.executor`: one job's pipeline, claim to row write;
+* :mod:`~dataplane.worker.claims.completer`: batched, retried completion;
+* :mod:`~dataplane.worker.claims.held`: the claims held;
+* :mod:`~dataplane.worker.pipeline.cache`: the TTL cache and single-flight;
 * :mod:`~dataplane.worker.report`, :mod:`~dataplane.worker.sender`: job reports, and
   their fire-and-forget post to capcom;
 * :mod:`~dataplane.worker.readonly`: the boot proof that the client DB is read-only.
@@ -16,9 +16,9 @@
 The worker never imports the BFF.
 """
 
-from dataplane.observability.report import JobReport
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.report import Reporter
 from dataplane.worker.service import Worker, WorkerStatistics
+from telemetry.report import JobReport
 
 __all__ = ["JobReport", "Reporter", "Worker", "WorkerConfig", "WorkerStatistics"]

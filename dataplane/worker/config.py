@@ -1,4 +1,4 @@
-"""The worker's configuration (read by :func:`dataplane.config.from_env` at boot)."""
+"""The worker's configuration (read by :func:`dataplane.core.settings.from_env` at boot)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from dataplane.config import nested, setting
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
+from dataplane.core.settings import nested, setting
 from dataplane.queue import QueueConfig, QueueType
 from dataplane.queue.maintenance import MAINTENANCE_SECONDS
 from dataplane.queue.reaper import RetentionConfig

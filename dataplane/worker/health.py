@@ -22,10 +22,10 @@ import logging
 
 import trio
 
+from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, q
-from dataplane.errors import DatabaseError
-from dataplane.observability.otel import prometheus_text
 from dataplane.worker.service import Worker
+from telemetry.otel import prometheus_text
 
 log = logging.getLogger(__name__)
 

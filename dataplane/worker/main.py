@@ -17,14 +17,12 @@ from contextlib import AsyncExitStack
 import trio
 
 from dataplane.compat import install_process
+from dataplane.core.errors import ConfigError, DatabaseUnavailable
+from dataplane.core.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
-from dataplane.errors import ConfigError, DatabaseUnavailable
-from dataplane.observability.metrics import initialise
-from dataplane.observability.otel import setup_telemetry
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.types import SUFFIXES
-from dataplane.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.config import WorkerProcessConfig
@@ -33,6 +31,8 @@ from dataplane.worker.readonly import open_client_database
 from dataplane.worker.report import Reporter
 from dataplane.worker.sender import CapcomSender
 from dataplane.worker.service import Worker
+from telemetry.metrics import initialise
+from telemetry.otel import setup_telemetry
 
 log = logging.getLogger(__name__)
 

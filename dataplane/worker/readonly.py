@@ -66,8 +66,8 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from dataplane.core.errors import ConfigError
 from dataplane.db import Connection, Database, DatabaseConfig, open_database, q
-from dataplane.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

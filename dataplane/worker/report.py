@@ -1,6 +1,6 @@
 """Where a worker's finished-job reports go.
 
-A :class:`Reporter` takes one :class:`~dataplane.observability.report.JobReport`
+A :class:`Reporter` takes one :class:`~telemetry.report.JobReport`
 per finished claim and must never block or raise (the capcom sender,
 :class:`~dataplane.worker.sender.CapcomSender`, queues it with ``send_nowait``).
 With no reporter, no report is built at all (its RSS is a ``/proc`` read).
@@ -14,7 +14,7 @@ from typing import Protocol
 
 from opentelemetry.context import Context
 
-from dataplane.observability.report import JobReport
+from telemetry.report import JobReport
 
 
 class Reporter(Protocol):

@@ -55,10 +55,10 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
-from dataplane.errors import InvalidArgument
-from dataplane.observability.metrics import REASON, instruments
-from dataplane.observability.report import JobReport, encode_report
-from dataplane.observability.tracing import failed, inject_headers, tracer
+from dataplane.core.errors import InvalidArgument
+from telemetry.metrics import REASON, instruments
+from telemetry.report import JobReport, encode_report
+from telemetry.tracing import failed, inject_headers, tracer
 
 log = logging.getLogger(__name__)
 

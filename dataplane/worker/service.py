@@ -3,19 +3,19 @@
 One :class:`Worker` per process, owning one nursery of services, each a module
 of this package:
 
-* the :class:`~dataplane.worker.claimer.Claimer`, which claims at most the free
+* the :class:`~dataplane.worker.claims.claimer.Claimer`, which claims at most the free
   slots, backs off when idle, and is woken by the enqueue notify, a freed slot or
   a retry this worker scheduled (a failed job's backoff);
 * the :class:`~dataplane.db.Listener` for ``dataplane_invalidate`` and, while this
   worker is on call, ``<type>_enqueued``, dispatched here (wake the claimer, drop
   cache tags; a LISTEN gap drops the whole cache, invalidations may have been missed);
-* :class:`~dataplane.worker.oncall.OnCall`, which decides whether an enqueue
+* :class:`~dataplane.worker.claims.oncall.OnCall`, which decides whether an enqueue
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
-* the :class:`~dataplane.worker.leases.LeaseKeeper`, renewing held leases;
-* the :class:`~dataplane.worker.deadlines.HandlerDeadlines`, cancelling an execution
+* the :class:`~dataplane.worker.claims.leases.LeaseKeeper`, renewing held leases;
+* the :class:`~dataplane.worker.pipeline.deadlines.HandlerDeadlines`, cancelling an execution
   past its operation's timeout;
-* the :class:`~dataplane.worker.completer.Completer`, committing in batches;
+* the :class:`~dataplane.worker.claims.completer.Completer`, committing in batches;
 * the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
   leases, elected across the fleet, busy or not);
 * the :class:`~dataplane.queue.sampler.QueueSampler` (queue depth gauges, one elected
@@ -23,7 +23,7 @@ of this package:
 * the reporter (the capcom sender), when it has a ``run`` of its own;
 
 and, in a nursery of their own, one task per claim, each a
-:class:`~dataplane.worker.executor.JobExecutor` run.
+:class:`~dataplane.worker.pipeline.executor.JobExecutor` run.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, let in-flight jobs finish within
 the grace period, then release what is still held (not counted toward poison).
@@ -42,14 +42,14 @@ from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.sampler import QueueSampler
 from dataplane.surfaces.manifest import Surface
-from dataplane.worker.cache import INVALIDATE_CHANNEL, TtlCache
-from dataplane.worker.claimer import Claimer
-from dataplane.worker.completer import Completer
+from dataplane.worker.claims.claimer import Claimer
+from dataplane.worker.claims.completer import Completer
+from dataplane.worker.claims.held import HeldJobs
+from dataplane.worker.claims.leases import LeaseKeeper
+from dataplane.worker.claims.oncall import OnCall
 from dataplane.worker.config import WorkerConfig
-from dataplane.worker.executor import JobExecutor
-from dataplane.worker.held import HeldJobs
-from dataplane.worker.leases import LeaseKeeper
-from dataplane.worker.oncall import OnCall
+from dataplane.worker.pipeline.cache import INVALIDATE_CHANNEL, TtlCache
+from dataplane.worker.pipeline.executor import JobExecutor
 from dataplane.worker.report import Reporter
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
--- Statements of the telemetry receiver (telemetry/capcom.py). A POST carries one
+-- Statements of the telemetry receiver (dataplane/capcom/app.py). A POST carries one
 -- report or a small batch; either way it is one INSERT, the batch passed as
 -- parallel arrays (one element per report) and unnested.
 

@@ -36,7 +36,7 @@ def bff_env(queue_dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 async def start_bff(nursery: trio.Nursery) -> tuple[str, Any, trio.Event]:
     """Serve a fresh app on a free port; returns (base URL, quart app, shutdown event)."""
     from dataplane.bff.app import REQUIRE_TRIO, create_app
-    from dataplane.edge import RequireTrio
+    from dataplane.http import RequireTrio
 
     quart_app = create_app()
     config = Config()

@@ -134,7 +134,7 @@ async def test_keep_alive_comments_flow_while_waiting(
     nursery: trio.Nursery,
     spawn_worker: Callable[..., Any],
 ) -> None:
-    import dataplane.bff.sse as sse_module
+    import dataplane.bff.reply.sse as sse_module
 
     monkeypatch.setattr(sse_module, "KEEPALIVE_SECONDS", 0.2)
     base, _app, shutdown = await start_bff(nursery)

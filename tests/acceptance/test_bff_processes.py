@@ -16,8 +16,8 @@ import pytest
 import trio
 from pypdf import PdfReader
 
+from dataplane.core.runtime import BFF_YOUNG_THRESHOLD, WORKER_YOUNG_THRESHOLD
 from dataplane.dev.embedded import free_port
-from dataplane.runtime import BFF_YOUNG_THRESHOLD, WORKER_YOUNG_THRESHOLD
 from tests.acceptance.test_bff import poll_until_done
 from tests.helpers import JWT_SECRET, BffProcess, SseEvent, bearer, read_sse, token
 
@@ -95,12 +95,12 @@ async def test_a_serving_bff_and_worker_keep_their_startup_heap_out_of_full_coll
     await bff.wait_ready()
     worker = await spawn_worker()
     # Both froze what their stack built before serving (some 10^5 objects), so a full
-    # collection no longer walks it (dataplane.runtime: ~100 ms pauses under load).
+    # collection no longer walks it (dataplane.core.runtime: ~100 ms pauses under load).
     bff_frozen, bff_young = _frozen(bff.output(), "BFF")
     worker_frozen, worker_young = _frozen(worker.output(), "worker")
     assert bff_frozen >= 10_000 and worker_frozen >= 10_000
     # The BFF's open streams and the worker's jobs in flight survive young collections
-    # no longer (dataplane.runtime; CPython's default is 700). Read from the processes'
+    # no longer (dataplane.core.runtime; CPython's default is 700). Read from the processes'
     # logs, not this process's threshold: in-process BFFs of other tests may have left
     # it at theirs.
     assert bff_young == BFF_YOUNG_THRESHOLD

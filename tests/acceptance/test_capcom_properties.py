@@ -1,5 +1,5 @@
 """Capcom never answers 5xx for a report, whatever is in it (hypothesis, against a
-real ``hypercorn -k trio telemetry.capcom:app`` process): a report it cannot store
+real ``hypercorn -k trio dataplane.capcom.app:app`` process): a report it cannot store
 is a 400 naming the field; numbers out of range (``10**400`` ms, a year 10000
 ``finished_at``) included."""
 
@@ -62,7 +62,7 @@ def capcom_process(queue_dsn: str, tmp_path: Path) -> Iterator[httpx.Client]:
     log = open(tmp_path / "capcom.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hypercorn", "-k", "trio", "-b", f"127.0.0.1:{port}",
-         "telemetry.capcom:app"],
+         "dataplane.capcom.app:app"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -132,9 +132,9 @@ SERVED = {
     "dataplane bff": {"command": ("-m", "dataplane", "bff")},
     "hypercorn -k trio dataplane.app:app": {"args": ("-k", "trio")},
     "dataplane capcom": {"command": ("-m", "dataplane", "capcom")},
-    "hypercorn -k trio telemetry.capcom:app": {
+    "hypercorn -k trio dataplane.capcom.app:app": {
         "args": ("-k", "trio"),
-        "app": "telemetry.capcom:app",
+        "app": "dataplane.capcom.app:app",
     },
 }
 

@@ -23,8 +23,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
 from dataplane.bff.plane import Plane
-from dataplane.observability import metrics
 from dataplane.queue import QueueClient
+from telemetry import metrics
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
 from tests.conftest import wait_until

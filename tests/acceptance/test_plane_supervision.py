@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from dataplane.bff import plane as plane_module
-from dataplane.bff.pump import ReplyPump
+from dataplane.bff.reply.pump import ReplyPump
 from dataplane.dev.embedded import free_port
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, post

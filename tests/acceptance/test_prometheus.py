@@ -255,7 +255,7 @@ async def test_every_dashboard_query_and_alert_rule_has_data(
         str(tmp_path / "capcom.log"),
         port=capcom_port,
         args=("-k", "trio"),
-        app="telemetry.capcom:app",
+        app="dataplane.capcom.app:app",
     )
     bff = BffProcess(
         {

@@ -11,9 +11,9 @@ import httpx
 import psycopg
 import trio
 
+from dataplane.core.errors import HttpError
 from dataplane.db import Database
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError
+from dataplane.queue.envelope import Auth
 from dataplane.surfaces import all_surfaces
 from dataplane.surfaces.manifest import OperationContext
 from tests.acceptance.test_bff import STAFF, post

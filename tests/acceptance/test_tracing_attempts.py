@@ -475,7 +475,7 @@ async def test_a_job_whose_last_worker_died_is_poisoned_by_the_next_claim_in_its
     _assert_poison_span(received, job_id)
     log = rescuer.output()
     (line,) = [x for x in log.splitlines() if f"job {job_id} " in x]
-    assert " WARNING dataplane.worker.claimer: " in line
+    assert " WARNING dataplane.worker.claims.claimer: " in line
     assert (
         f"job {job_id} (surface-probe, attempt 1/1): poisoned, the lease of its last "
         "attempt lapsed (reason lease_lapsed, found by a claim of surface-probe@"

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 import trio
 
+from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, DatabaseConfig, open_database, q
 from dataplane.db.lock import SessionLock
 from dataplane.dev.embedded import free_port
-from dataplane.errors import DatabaseError
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
 from tests.helpers import WorkerProcess, session_locks, submit

@@ -129,7 +129,7 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
         assert waited.stdout.strip() == "0", (waited, logs(env, "migrate"))
         plane_env = Path(env["DATAPLANE_SECRETS"], "plane.env").read_text().splitlines()
         secret = dict(line.split("=", 1) for line in plane_env)["DATAPLANE_JWT_SECRET"]
-        from dataplane.bff.auth import mint_token
+        from dataplane.bff.auth.verifier import mint_token
 
         jwt = mint_token(secret, client="acme", sub="1", staff=True, branches=["*"], ttl=600)
         auth = {"Authorization": f"Bearer {jwt}"}

@@ -21,9 +21,9 @@ import psycopg
 import pytest
 import trio
 
+from dataplane.core.errors import DatabaseUnavailable
 from dataplane.db import DatabaseConfig, open_database, q
 from dataplane.dev.ha import HACluster, Node
-from dataplane.errors import DatabaseUnavailable
 from tests.ha.drill import DB_NAME, HAStack, broken_promises, prepare, run_drill, summary
 
 RATE = 10.0  # requests/s: what this shared 2-core host sustains beside the cluster

@@ -1,4 +1,4 @@
-"""The telemetry receiver (``telemetry.capcom``) over real HTTP (in-process Hypercorn)
+"""The telemetry receiver (``dataplane.capcom.app``) over real HTTP (in-process Hypercorn)
 and Postgres, and the capcom sender against it, a closed port and a hanging listener."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hypercorn.trio import serve
 
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
-from dataplane.edge import RequireTrio
+from dataplane.http import RequireTrio
 from dataplane.worker import JobReport
 from dataplane.worker.sender import CapcomSender
 from tests.conftest import wait_until
@@ -69,7 +69,7 @@ class Capcom:
 
 async def start_capcom(nursery: trio.Nursery) -> Capcom:
     """Serve a fresh capcom app on a free port (environment read at startup)."""
-    from telemetry.capcom import REQUIRE_TRIO, create_app
+    from dataplane.capcom.app import REQUIRE_TRIO, create_app
 
     quart_app = create_app()
     config = Config()
@@ -320,8 +320,8 @@ async def test_metrics_when_enabled(
     capcom_env: None, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stand-in for setup_telemetry: the real one would install global providers.
-    from dataplane.observability.otel import Telemetry
-    from telemetry import capcom as capcom_module
+    from dataplane.capcom import app as capcom_module
+    from telemetry.otel import Telemetry
 
     monkeypatch.setattr(
         capcom_module, "setup_telemetry", lambda name: Telemetry(name, prometheus=True)
@@ -383,7 +383,7 @@ def test_served_under_asyncio_it_fails_at_startup_naming_k_trio() -> None:
             "hypercorn",
             "-b",
             f"127.0.0.1:{free_port()}",
-            "telemetry.capcom:app",
+            "dataplane.capcom.app:app",
         ],
         env={**os.environ, "CAPCOM_TOKEN": TOKEN},
         capture_output=True,
@@ -392,7 +392,7 @@ def test_served_under_asyncio_it_fails_at_startup_naming_k_trio() -> None:
         check=False,
     )
     output = result.stdout + result.stderr
-    assert "-k trio" in output and "telemetry.capcom" in output
+    assert "-k trio" in output and "dataplane.capcom.app" in output
     assert result.returncode == -signal.SIGKILL, output  # not Hypercorn's 0: known issue 5
 
 
@@ -551,7 +551,7 @@ async def test_shutdown_while_capcom_hangs_is_bounded(nursery: trio.Nursery) -> 
 
 
 def test_the_constructor_refuses_what_cannot_work() -> None:
-    from dataplane.errors import InvalidArgument
+    from dataplane.core.errors import InvalidArgument
 
     for url in ("", "capcom:8080", "ftp://capcom", "http://", "http://capcom:port"):
         with pytest.raises(InvalidArgument):

@@ -403,7 +403,7 @@ class _Pump:
 @pytest.fixture
 def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
     """What the OpenTelemetry Prometheus exporter produces for every instrument of
-    dataplane.observability.metrics (one value recorded on each, every observed
+    telemetry.metrics (one value recorded on each, every observed
     source present)."""
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -411,7 +411,7 @@ def exporter_text(monkeypatch: pytest.MonkeyPatch) -> str:
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import REGISTRY, generate_latest
 
-    from dataplane.observability import metrics
+    from telemetry import metrics
 
     reader = PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 import trio
 
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
 from dataplane.db import Database, DatabaseConfig, open_database
-from dataplane.errors import DatabaseError, DatabaseUnavailable, PoolTimeout
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
 from tests.helpers import complete

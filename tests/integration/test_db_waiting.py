@@ -14,10 +14,10 @@ import trio
 
 from dataplane.compat import psycopg as compat_psycopg
 from dataplane.compat.psycopg import LeanConnection
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.db import Database, DatabaseConfig, open_database, with_params
 from dataplane.db.connection import connection_class, use_connection_class
 from dataplane.db.lock import SessionLock
-from dataplane.errors import DatabaseError, DatabaseUnavailable
 from tests.conftest import wait_until
 
 

@@ -20,9 +20,9 @@ from dataplane_lms import accounting, learnerviews, skills, users
 from psycopg.rows import dict_row
 from pypdf import PdfReader
 
+from dataplane.core.errors import HttpError
 from dataplane.db import Database
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError
+from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import BlobResult, OperationContext, Surface
 
 ACME_BRANCHES = {"acme-east", "acme-north", "acme-south", "acme-west"}

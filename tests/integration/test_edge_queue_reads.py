@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
-from dataplane.errors import InvalidArgument
 from dataplane.queue import Blob, QueueClient
 from tests.helpers import NORTH, STAFF, complete, submit
 

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 import trio
 
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 from dataplane.db import Database
-from dataplane.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 from dataplane.queue import EnqueueResult, QueueClient
 from dataplane.queue.batching import Enqueuer
 from tests.conftest import wait_until

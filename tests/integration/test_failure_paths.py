@@ -13,8 +13,8 @@ import trio
 from dataplane_lms import users
 
 from dataplane.db import Database, DatabaseConfig, Notification, open_database, with_params
-from dataplane.envelope import Auth
 from dataplane.queue import QueueClient, done_channel
+from dataplane.queue.envelope import Auth
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.reaper import RetentionConfig
 from tests.conftest import wait_until

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import trio
 
+from dataplane.core.errors import ConfigError
 from dataplane.db import DatabaseConfig, open_database
-from dataplane.errors import ConfigError
 from dataplane.queue.migrations import available, migrate
 
 EXPECTED_TABLES = {"maestro_queues", "surface_result_blobs", "worker_runs", "dataplane_migrations"}

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import trio
 
-from dataplane.bff.prefer import wait_finished
-from dataplane.bff.pump import ReplyPump
+from dataplane.bff.reply.prefer import wait_finished
+from dataplane.bff.reply.pump import ReplyPump
 from dataplane.queue import JobRow, QueueClient, done_channel
 from tests.conftest import wait_until
 from tests.helpers import complete, submit

@@ -17,7 +17,7 @@ import trio
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dataplane.bff.pump import ReplyPump
+from dataplane.bff.reply.pump import ReplyPump
 from dataplane.db import Database, DatabaseConfig, Notification, open_database
 from dataplane.queue import (
     DONE_NOTIFY_INLINE_MAX,
@@ -389,7 +389,7 @@ async def test_a_prefer_wait_whose_answer_went_by_before_its_waiter_reads_no_row
 ) -> None:
     """The job's notify came between the pump's ``heard`` (before the enqueue) and the
     waiter: it carried the answer, so ``wait_finished`` needs no row read."""
-    from dataplane.bff.prefer import wait_finished
+    from dataplane.bff.reply.prefer import wait_finished
 
     pump = ReplyPump(queue, [done_channel(TYPE)], sweep_seconds=SWEEP)
     await nursery.start(pump.run)

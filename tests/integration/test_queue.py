@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import trio
 
+from dataplane.core.errors import HttpError, InvalidArgument, LeaseLost
 from dataplane.db import Database, DatabaseConfig, Gap, Notification, open_database
-from dataplane.errors import HttpError, InvalidArgument, LeaseLost
 from dataplane.queue import (
     Blob,
     ClaimedJob,

@@ -7,8 +7,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database
-from dataplane.errors import InvalidArgument
 from dataplane.queue import QueueType
 from dataplane.queue.types import MAX_SURFACE_ID_LENGTH
 

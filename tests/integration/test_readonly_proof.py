@@ -29,8 +29,8 @@ import trio
 from dataplane_lms.demo_db import create_demo_db
 from psycopg.conninfo import conninfo_to_dict
 
+from dataplane.core.errors import ConfigError, DatabaseError
 from dataplane.db import Connection, DatabaseConfig, with_params
-from dataplane.errors import ConfigError, DatabaseError
 from dataplane.queue import QueueClient
 from dataplane.worker.readonly import open_client_database
 from tests.conftest import admin_execute, wait_until

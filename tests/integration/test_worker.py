@@ -37,7 +37,7 @@ from dataplane.surfaces.manifest import (
     surface_of,
 )
 from dataplane.worker import JobReport, Worker, WorkerConfig
-from dataplane.worker.cache import INVALIDATE_CHANNEL
+from dataplane.worker.pipeline.cache import INVALIDATE_CHANNEL
 from tests.conftest import wait_until
 from tests.helpers import NORTH, STAFF, envelope, read_blob, session_locks, submit
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from dataplane.db import Database
-from dataplane.observability import metrics
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
+from telemetry import metrics
 from tests.conftest import wait_until
 from tests.helpers import submit
 from tests.integration.test_worker import running_worker, wait_done
@@ -151,7 +151,7 @@ async def test_a_lapsed_last_claim_is_counted_and_logged_by_the_claim_or_mainten
     assert recorded.value("dataplane.poison", **lease_lapsed) == 1
     assert recorded.value("dataplane.poison", dataplane__reason="failed") == 0
     (line,) = [r for r in caplog.records if str(at_claim.job_id) in r.getMessage()]
-    assert line.levelno == logging.WARNING and line.name == "dataplane.worker.claimer"
+    assert line.levelno == logging.WARNING and line.name == "dataplane.worker.claims.claimer"
     assert line.getMessage() == (
         f"job {at_claim.job_id} (surface-probe, attempt 1/1): poisoned, the lease of its "
         "last attempt lapsed (reason lease_lapsed, found by a claim of w-test)"

@@ -9,9 +9,9 @@ import trio
 import trio.testing
 
 from dataplane import Auth, Operation, OperationContext
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
 from dataplane.queue.types import check_tag, client_tag
-from dataplane.worker.cache import SingleFlight, TtlCache
+from dataplane.worker.pipeline.cache import SingleFlight, TtlCache
 
 
 def test_cap_evicts_oldest_first_and_re_put_refreshes_order() -> None:

@@ -17,7 +17,7 @@ from dataplane.compat import opentelemetry as compat_otel
 from dataplane.compat import psycopg as compat_psycopg
 from dataplane.compat import quart_trio as compat_quart_trio
 from dataplane.db import connection
-from dataplane.observability import otel, spans
+from telemetry import otel, spans
 
 MODULES = (compat_hypercorn, compat_quart_trio, compat_psycopg, compat_otel)
 
@@ -112,7 +112,7 @@ IMPORT_INSTALLS_NOTHING = """
 import hypercorn.protocol, hypercorn.trio.tcp_server as t, hypercorn.config
 h11, task, send, logger = (hypercorn.protocol.H11Protocol, t.TrioSingleTask,
     t.TCPServer.protocol_send, hypercorn.config.Config.logger_class)
-import dataplane.app, dataplane.bff, telemetry.capcom
+import dataplane.app, dataplane.bff, dataplane.capcom.app
 assert hypercorn.protocol.H11Protocol is h11
 assert t.TrioSingleTask is task and t.TCPServer.protocol_send is send
 assert hypercorn.config.Config.logger_class is logger
@@ -137,7 +137,7 @@ import asyncio, psycopg, psycopg.waiting
 stock_loop = psycopg.waiting.get_running_loop
 import dataplane.worker.main, dataplane.cli
 from dataplane.db import connection
-from dataplane.observability import otel, spans
+from telemetry import otel, spans
 assert psycopg.waiting.get_running_loop is stock_loop
 assert connection.connection_class() is psycopg.AsyncConnection
 assert spans._factory is None

@@ -10,8 +10,8 @@ import trio
 import trio.testing
 
 from dataplane.queue import ClaimedJob
-from dataplane.worker.deadlines import HandlerDeadlines
-from dataplane.worker.held import HeldJobs, Running
+from dataplane.worker.claims.held import HeldJobs, Running
+from dataplane.worker.pipeline.deadlines import HandlerDeadlines
 
 
 def _job() -> ClaimedJob:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.envelope import canonical_json, dedupe_key, scope_key
+from dataplane.queue.envelope import canonical_json, dedupe_key, scope_key
 
 scalars = st.one_of(
     st.none(),

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import RSAAlgorithm
 
-from dataplane.bff.auth import JwtVerifier
-from dataplane.bff.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
-from dataplane.bff.jwks import JWKS_ALGORITHMS, usable_keys
-from dataplane.edge import ends_response
-from dataplane.errors import ConfigError
+from dataplane.bff.auth.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
+from dataplane.bff.auth.jwks import JWKS_ALGORITHMS, usable_keys
+from dataplane.bff.auth.verifier import JwtVerifier
+from dataplane.core.errors import ConfigError
+from dataplane.http import ends_response
 
 GOOD = {"sub": "u1", "client": "acme", "staff": False, "branches": ["acme-north"]}
 

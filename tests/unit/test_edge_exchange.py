@@ -1,10 +1,10 @@
-"""The HTTP edge's reading of a request for its server span (dataplane.edge)."""
+"""The HTTP edge's reading of a request for its server span (dataplane.http)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dataplane.edge import _from_headers
+from dataplane.http import _from_headers
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.envelope import Auth, Envelope, canonical_json, dedupe_key, scope_key
-from dataplane.errors import InvalidArgument
+from dataplane.core.errors import InvalidArgument
+from dataplane.queue.envelope import Auth, Envelope, canonical_json, dedupe_key, scope_key
 
 
 def test_canonical_json_is_sorted_compact_utf8() -> None:

@@ -14,7 +14,7 @@ import uuid
 import trio
 
 from dataplane.queue import ClaimedJob
-from dataplane.worker.held import HeldJobs
+from dataplane.worker.claims.held import HeldJobs
 
 
 def _job() -> ClaimedJob:

@@ -24,7 +24,7 @@ from opentelemetry.trace import (
 )
 
 from dataplane.compat.opentelemetry.spans import LeanTracer
-from dataplane.observability import spans, tracing
+from telemetry import spans, tracing
 
 Tracer = trace.Tracer
 

@@ -1,4 +1,4 @@
-"""The log formats of dataplane.observability.logs (the processes' logs are read in
+"""The log formats of telemetry.logs (the processes' logs are read in
 tests/acceptance/test_logs.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from dataplane.config import from_env
-from dataplane.errors import ConfigError
-from dataplane.observability.logs import LogConfig, TraceIds, configure_logging, json_formatter
+from dataplane.core.errors import ConfigError
+from dataplane.core.settings import from_env
+from telemetry.logs import LogConfig, TraceIds, configure_logging, json_formatter
 
 
 def json_logger(name: str) -> tuple[logging.Logger, io.StringIO]:

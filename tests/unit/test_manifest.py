@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.envelope import Auth
-from dataplane.errors import HttpError
+from dataplane.core.errors import HttpError
+from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import STAFF_ONLY, branch_in_scope, validate
 
 SCHEMA = {

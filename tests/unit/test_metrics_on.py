@@ -10,7 +10,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from dataplane.observability import metrics
+from telemetry import metrics
 
 
 @pytest.fixture(autouse=True)

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dataplane.bff.answers import ANSWER_MAX_AGE
-from dataplane.bff.pump import ReplyPump
+from dataplane.bff.reply.answers import ANSWER_MAX_AGE
+from dataplane.bff.reply.pump import ReplyPump
 from dataplane.db import Database, DatabaseConfig, Notification
 from dataplane.queue import JobRow, QueueClient, QueueConfig, done_channel
 from dataplane.queue.records import ClaimedJob, done_note

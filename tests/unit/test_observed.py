@@ -1,4 +1,4 @@
-"""The gauges' registries of tracked objects (dataplane.observability.observed)."""
+"""The gauges' registries of tracked objects (telemetry.observed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dataplane.observability import observed
+from telemetry import observed
 
 
 @pytest.fixture(autouse=True)

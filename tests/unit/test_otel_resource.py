@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from dataplane.observability import otel
+from telemetry import otel
 
 
 def test_the_resource_names_the_service_its_version_instance_host_and_process() -> None:

@@ -24,7 +24,7 @@ from opentelemetry.trace import (
 )
 
 from dataplane.compat.opentelemetry import otlp
-from dataplane.observability import otel
+from telemetry import otel
 
 
 def finished(provider: TracerProvider, exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.bff.prefer import DELTA_SECONDS_OVERFLOW, Preferences, parse_prefer
+from dataplane.bff.reply.prefer import DELTA_SECONDS_OVERFLOW, Preferences, parse_prefer
 
 
 @pytest.mark.parametrize(

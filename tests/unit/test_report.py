@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from dataplane.db.sql import q
-from dataplane.observability.report import (
+from telemetry.report import (
     CacheStatus,
     JobReport,
     Outcome,

@@ -1,10 +1,10 @@
-"""``dataplane.runtime``: the startup heap frozen out of the collector's way, and thawed."""
+"""``dataplane.core.runtime``: the startup heap frozen out of the collector's way, and thawed."""
 
 from __future__ import annotations
 
 import gc
 
-from dataplane.runtime import freeze_startup_heap, thaw_heap
+from dataplane.core.runtime import freeze_startup_heap, thaw_heap
 
 
 def test_freeze_moves_the_live_heap_to_the_permanent_generation_and_thaw_gives_it_back() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dataplane.bff.config import BffConfig
-from dataplane.config import from_env
+from dataplane.core.errors import ConfigError
+from dataplane.core.settings import from_env
 from dataplane.db.sql import parse_queries, q, queries, sql_root
-from dataplane.errors import ConfigError
 from dataplane.queue import QueueConfig
 from dataplane.worker.config import WorkerConfig, WorkerProcessConfig
 

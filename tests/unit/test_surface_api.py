@@ -9,7 +9,7 @@ import pytest
 
 import dataplane
 from dataplane import Auth, HttpError, Operation, OperationContext, surface
-from dataplane.errors import ConfigError, InvalidArgument
+from dataplane.core.errors import ConfigError, InvalidArgument
 from dataplane.surfaces.manifest import validate
 from dataplane.surfaces.registry import load_registry
 

@@ -1,7 +1,7 @@
 """The OpenTelemetry SDK 1.39-1.45: what we replace, and why (all of it for speed).
 
 * ``lean_spans``: :class:`~dataplane.compat.opentelemetry.spans.LeanTracer`, the
-  tracer :func:`~dataplane.observability.otel.setup_telemetry` installs over the SDK's
+  tracer :func:`~telemetry.otel.setup_telemetry` installs over the SDK's
   provider (reads its ``sampler``, ``id_generator`` and ``resource``; builds
   ``ReadableSpan`` itself): 9.6 / 15 µs a span against the SDK's 70 / 58
   (``bench/micro/test_spans.py``).
@@ -16,7 +16,7 @@ The figures against the stock path, alternated: ``docs/perf/compat-ab.md``.
 Tested with opentelemetry-sdk 1.39 to 1.45 (pyproject.toml caps it below 1.46).
 Installed by :func:`install` from the entry points (:func:`dataplane.compat.install_process`),
 never at import; in effect for the providers
-:func:`~dataplane.observability.otel.setup_telemetry` builds from then on.
+:func:`~telemetry.otel.setup_telemetry` builds from then on.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from dataplane.compat.opentelemetry.otlp import SpanExporter
 from dataplane.compat.opentelemetry.spans import LeanTracer
-from dataplane.observability import otel, spans
+from telemetry import otel, spans
 
 DISTRIBUTION = "opentelemetry-sdk"
 TESTED = tuple((1, minor) for minor in range(39, 46))

@@ -6,7 +6,7 @@ attributes in a bounded, validated, locked mapping, copies itself into a
 become current. That is about 40 µs a span on a 2-core runner, and a request makes
 twelve (``bench/tracing.py``). The data plane's spans live on one Trio thread and
 carry attributes the plane itself chose (strings, numbers, booleans; query text
-already cut to :data:`~dataplane.observability.tracing.MAX_QUERY_TEXT`), so
+already cut to :data:`~telemetry.tracing.MAX_QUERY_TEXT`), so
 :class:`LeanSpan` keeps plain fields and, when it ends, hands one ``ReadableSpan``
 to the batch processor: about 5 µs.
 
@@ -16,9 +16,9 @@ its id generator makes the ids, its resource names the process, its
 provider's ``sampler``, ``id_generator`` and ``resource``, and ``ReadableSpan``'s
 constructor (its keyword arguments; ``tests/unit/test_compat.py`` pins them).
 :mod:`dataplane.compat.opentelemetry` makes :class:`LeanTracer` the tracer factory of
-:func:`~dataplane.observability.otel.setup_telemetry` (``lean_spans``); without it
+:func:`~telemetry.otel.setup_telemetry` (``lean_spans``); without it
 (the kill switch, tests that set up their own provider, or no telemetry at all),
-:func:`~dataplane.observability.tracing.tracer` is the SDK's or the API's tracer.
+:func:`~telemetry.tracing.tracer` is the SDK's or the API's tracer.
 
 What it does not do: SDK span limits (the plane's attribute sets are small and
 bounded by the code that writes them) and ``on_start`` callbacks (the batch
@@ -49,7 +49,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from dataplane.observability.spans import Current
+from telemetry.spans import Current
 
 _UNSET = Status(StatusCode.UNSET)
 _DEFAULT_SAMPLER = ParentBased(ALWAYS_ON).get_description()  # type: ignore[no-untyped-call]

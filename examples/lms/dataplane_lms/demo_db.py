@@ -12,8 +12,8 @@ from typing import Any
 
 from psycopg import sql as pgsql
 
+from dataplane.core.errors import ConfigError
 from dataplane.db import DatabaseConfig, ensure_database, open_database, with_params
-from dataplane.errors import ConfigError
 from dataplane_lms.sql import SQL_DIR, q
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,387 @@
+"""One job's pipeline, from its claim to its row's last write.
+
+envelope -> operation -> params validated -> gates re-enforced from the
+envelope's ``auth`` -> dedupe key recomputed from the checked envelope -> TTL
+cache (``ttl_seconds > 0`` only) -> single-flight per dedupe key -> handler ->
+blob offload -> complete.
+
+Outcomes (:class:`~telemetry.report.Outcome`): an ``HttpError`` (or
+a malformed envelope, a 400) completes the job with an error payload, ``error``;
+any other exception fails it, ``failed`` (retried after the backoff) or
+``poison`` (at the cutoff); a fenced-out write, or a renewal that found the
+claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
+cancelled by shutdown past the grace period is handed back, ``released``. A
+queue DB out of reach when the outcome is written leaves the row to its lease.
+
+Each attempt runs in its ``process`` span; a failed attempt's span is ERROR with
+``error.type``; a poisoning attempt, a lost lease and a fenced-out write add a
+``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line naming the job,
+its type and attempt). Its spans, metrics and report are :mod:`dataplane.worker.pipeline.observe`'s;
+the completion its value becomes, :mod:`dataplane.worker.pipeline.results`'s; the handler's call
+under its deadline, :mod:`dataplane.worker.pipeline.handler`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+
+from dataplane.core.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
+from dataplane.db import Database
+from dataplane.queue import ClaimedJob, Completion, QueueClient
+from dataplane.queue.envelope import Envelope
+from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
+from dataplane.worker.claims.completer import Completer
+from dataplane.worker.claims.held import HeldJobs, Running
+from dataplane.worker.config import WorkerConfig
+from dataplane.worker.pipeline.cache import SingleFlight, TtlCache
+from dataplane.worker.pipeline.deadlines import HandlerDeadlines
+from dataplane.worker.pipeline.handler import HandlerTimeout, call_handler, timeout_message
+from dataplane.worker.pipeline.observe import (
+    JobResult,
+    attempt_event,
+    error_type,
+    fenced_out,
+    job_report,
+    poisoned,
+    process_span,
+    record_attempt,
+)
+from dataplane.worker.pipeline.results import shape
+from dataplane.worker.report import Reporter
+from telemetry.report import CacheStatus, Outcome
+from telemetry.tracing import (
+    context_of,
+    failed,
+    messaging,
+    trace_id_hex,
+    tracer,
+)
+
+log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT = 5.0  # seconds the shielded release on shutdown may take
+
+
+@dataclass
+class ExecutorCounters:
+    done: int = 0
+    errors: int = 0
+    failed: int = 0
+    poisoned: int = 0
+    lost: int = 0
+    released: int = 0
+    coalesced: int = 0
+    cache_hits: int = 0
+
+
+class JobExecutor:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        surface: Surface,
+        queue: QueueClient,
+        completer: Completer,
+        held: HeldJobs,
+        *,
+        client_db: Database | None,
+        cache: TtlCache,
+        reporter: Reporter | None,
+        on_finished: Callable[[], None],
+        on_retry: Callable[[float], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.surface = surface
+        self.queue = queue
+        self.completer = completer
+        self.held = held
+        self.client_db = client_db
+        self.cache = cache
+        self.reporter = reporter
+        self.on_finished = on_finished
+        self.on_retry = on_retry  # a failed job is claimable again in so many seconds
+        self.tier = config.parsed_type.suffix  # its own: the envelope's is not trusted
+        self.single_flight: SingleFlight[Any] = SingleFlight()
+        self.deadlines = HandlerDeadlines(held)  # the worker runs it (deadlines.run)
+        self.counters = ExecutorCounters()
+
+    async def run(self, running: Running) -> None:
+        """Execute one claim; hand the row back if shutdown cancels it unfinished."""
+        job = running.job
+        started = time.perf_counter()  # the attempt's duration is always recorded
+        cpu_started = time.process_time() if self.reporter is not None else 0.0
+        result = JobResult(Outcome.RELEASED, self._operation_of(job))
+        span = process_span(job, self.surface.id)
+        try:
+            result = await self._traced(running, span)
+            if running.lost:  # cancelled by a renewal, or its write fenced out
+                result = JobResult(
+                    Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
+                )
+                self.counters.lost += 1
+        finally:
+            if not (running.finished or running.lost):
+                await self._release(job)
+            record_attempt(job, result, time.perf_counter() - started)
+            self.held.remove(running)
+            self.on_finished()
+            if self.reporter is not None:  # else no report at all: RSS reads /proc
+                trace_id = trace_id_hex(span)  # None when tracing is off
+                report = job_report(job, result, started, cpu_started, trace_id)
+                if trace_id is None:
+                    self.reporter.report(report)
+                else:
+                    self.reporter.report(report, parent=context_of(span))
+
+    def _operation_of(self, job: ClaimedJob) -> str:
+        """The job's operation while it has not been checked yet (a cancelled or lost
+        attempt's metrics and report): a known name of this surface, else ``?``."""
+        name = job.payload.get("operation") if isinstance(job.payload, dict) else None
+        return name if isinstance(name, str) and name in self.surface.operations else "?"
+
+    async def _release(self, job: ClaimedJob) -> None:
+        """Cancelled by shutdown past the grace period: hand the row back (shielded)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_TIMEOUT):
+            try:
+                await self.queue.release([job])
+                self.counters.released += 1
+            except DatabaseError as exc:
+                log.warning("job %s: release failed (%s); its lease will lapse", job.id, exc)
+
+    async def _traced(self, running: Running, span: Span) -> JobResult:
+        """Run one job inside its ``process`` span; record its metrics.
+
+        Tracing off (the invalid span): no span is made current, none is started
+        for the handler or the completion, nothing would record them.
+        """
+        if span is trace.INVALID_SPAN:
+            return await self._execute(running, span)
+        with trace.use_span(span, end_on_exit=True):
+            result = await self._execute(running, span)
+            span.set_attributes(
+                {
+                    "dataplane.operation": result.operation,
+                    "dataplane.cache": result.cache.value,
+                    "dataplane.coalesced": result.coalesced,
+                    "dataplane.outcome": result.outcome.value,
+                }
+            )
+        return result
+
+    async def _execute(self, running: Running, span: Span) -> JobResult:
+        """Run one job, then write its outcome.
+
+        Whatever the handler raises (a client-DB error included) is the job's failure
+        and takes the fail path. Only a failure to write the outcome to the queue DB
+        is an outage: the completer retries it while the lease keeper keeps the lease,
+        and if it never lands the claim is released (or, the DB still down, lapses).
+        """
+        job = running.job
+        operation, cache, coalesced = "?", CacheStatus.BYPASS, False
+        try:
+            envelope = Envelope.from_json(job.payload)
+            operation = envelope.operation
+            op, params = self._checked(envelope)
+            if op.cacheable:
+                cache = CacheStatus.MISS
+            value, cache, coalesced = await self._produce(running, envelope, op, params, span)
+            completion = shape(
+                job, value, cache, coalesced, inline_max_bytes=self.config.inline_max_bytes
+            )
+            outcome = Outcome.DONE
+        except _ClaimLost:
+            # A renewal found the claim gone and cancelled the execution: drop the work.
+            if span.is_recording():
+                span.add_event("LEASE_LOST", attempt_event(job))
+                failed(span, "LEASE_LOST", "a renewal found the claim gone")
+            return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
+        except (HttpError, InvalidArgument) as exc:
+            # An expected error, or a malformed envelope: an answer, not a retry.
+            error = exc if isinstance(exc, HttpError) else HttpError(400, f"malformed job: {exc}")
+            completion, outcome, coalesced = (
+                Completion(job, error.to_payload()),
+                Outcome.ERROR,
+                False,
+            )
+        except Exception as exc:
+            if span.is_recording():
+                span.record_exception(exc)
+                failed(span, error_type(exc), f"{type(exc).__name__}: {exc}")
+            outcome = await self._fail(running, exc, span)
+            return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
+        try:
+            await self._finish(running, completion)
+        except LeaseLost:
+            fenced_out(job, "complete")
+            failed(span, "FENCED_OUT", "the claim was lost: the result was dropped")
+            running.lost = True
+            return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
+        except DatabaseError as exc:
+            log.warning(
+                "job %s: could not write its outcome (%s); handing the claim back", job.id, exc
+            )
+            return JobResult(Outcome.FAILED, operation, cache, error_type=type(exc).__qualname__)
+        if outcome is Outcome.DONE:
+            self.counters.done += 1
+        else:
+            self.counters.errors += 1
+        return JobResult(outcome, operation, cache, coalesced)
+
+    async def _produce(
+        self,
+        running: Running,
+        envelope: Envelope,
+        op: Operation,
+        params: dict[str, Any],
+        span: Span,
+    ) -> tuple[Any, CacheStatus, bool]:
+        """The job's value: from the cache, another execution's, or the handler's.
+
+        The claim's only wait before its outcome is written, so the only part a lost
+        lease or the operation's timeout cancels (its claim's scope, see
+        :mod:`dataplane.worker.pipeline.deadlines`): :class:`_ClaimLost` or
+        :class:`HandlerTimeout` then.
+        """
+        job = running.job
+        # The key this worker caches and single-flights under is its own, computed
+        # from the checked envelope; the row's dedupe_key is not trusted for it.
+        checked = Envelope(
+            envelope.surface,
+            op.name,
+            op.version,
+            params,
+            envelope.auth,
+            tier=self.tier,
+            per_user=op.per_user,  # from this worker's declaration, not the row
+        )
+        key = checked.dedupe_key
+        if op.cacheable:
+            hit, value = self.cache.get(key)
+            if hit:
+                self.counters.cache_hits += 1
+                return value, CacheStatus.HIT, False
+        ctx = OperationContext(
+            params=params,
+            auth=envelope.auth,
+            job_id=str(job.id),
+            dequeue_count=job.dequeue_count,
+            client_db=self.client_db,
+        )
+        timeout = op.timeout_seconds
+        if self.config.max_handler_seconds is not None:
+            timeout = min(timeout, self.config.max_handler_seconds)
+        traced = span is not trace.INVALID_SPAN
+        self.deadlines.start(running, timeout)
+        try:
+            with running.scope:
+                value, coalesced, leader = await self.single_flight.run_with_meta(
+                    key,
+                    lambda: call_handler(op, ctx, running, timeout, traced),
+                    span.get_span_context(),
+                )
+        finally:
+            running.deadline = math.inf  # past the part its deadline bounds
+        if running.scope.cancelled_caught:
+            if running.lost:
+                raise _ClaimLost
+            # Its own deadline, waiting for another job's execution (single flight).
+            raise HandlerTimeout(timeout_message(op, timeout))
+        if coalesced:
+            self.counters.coalesced += 1
+            if leader is not None and leader.is_valid:  # the execution that answered
+                span.add_link(leader, {"dataplane.link": "single_flight"})
+        if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
+            self.cache.put(key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params))
+        cache = CacheStatus.MISS if op.cacheable else CacheStatus.BYPASS
+        return value, cache, coalesced
+
+    def _checked(self, envelope: Envelope) -> tuple[Operation, dict[str, Any]]:
+        """The operation and its checked params; gates re-enforced from the envelope."""
+        if envelope.surface != self.surface.id:
+            raise HttpError(
+                404, f"this worker serves {self.surface.id!r}, not {envelope.surface!r}"
+            )
+        op = self.surface.operation(envelope.operation, envelope.version)
+        return op, op.check(envelope.auth, envelope.params)
+
+    async def _finish(self, running: Running, completion: Completion) -> None:
+        """Write the outcome; ``finished`` once it landed or the fence refused it.
+
+        While the completer retries through an outage the claim stays held and renewed;
+        if the write never lands, ``run`` releases the claim.
+        """
+        self.held.hand_off(running)
+        job = running.job
+        settle: AbstractContextManager[Span] = (
+            tracer().start_as_current_span(
+                f"complete {job.type}",
+                kind=SpanKind.CLIENT,
+                attributes=messaging("settle", job.type, str(job.id), operation_name="complete"),
+            )
+            if trace.get_current_span().is_recording()
+            else nullcontext(trace.INVALID_SPAN)  # tracing off: no span to start or make current
+        )
+        try:
+            with settle as span:
+                if span.is_recording():  # its statement is traced under this span
+                    completion = dataclasses.replace(completion, trace=context_of(span))
+                try:
+                    await self.completer.complete(completion)
+                except LeaseLost:
+                    span.add_event("FENCED_OUT", attempt_event(job))
+                    failed(span, "FENCED_OUT", "the claim was lost: the write was refused")
+                    raise
+        except LeaseLost:
+            running.finished = True
+            raise
+        running.finished = True
+
+    async def _fail(self, running: Running, exc: Exception, span: Span) -> Outcome:
+        job = running.job
+        log.warning(
+            "job %s (attempt %d/%d) failed: %r",
+            job.id,
+            job.dequeue_count,
+            job.max_dequeues,
+            exc,
+            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        )
+        self.held.hand_off(running)
+        try:
+            status = await self.queue.fail(
+                job,
+                f"{type(exc).__name__}: {exc}",
+                backoff_seconds=self.config.queue.fail_backoff_seconds,
+            )
+        except LeaseLost:
+            fenced_out(job, "fail")
+            span.add_event("FENCED_OUT", attempt_event(job))
+            running.finished = running.lost = True
+            return Outcome.LOST
+        except DatabaseError as db_exc:
+            # Not finished: ``run`` hands the claim back (or, the DB still down, it lapses).
+            log.warning("job %s: could not record the failure (%s)", job.id, db_exc)
+            return Outcome.FAILED
+        running.finished = True
+        if status == "poison":
+            poisoned(job, exc, span)
+            self.counters.poisoned += 1
+            return Outcome.POISON
+        self.counters.failed += 1
+        if self.on_retry is not None:
+            self.on_retry(self.config.queue.fail_backoff_seconds)
+        return Outcome.FAILED
+
+
+class _ClaimLost(Exception):
+    """A renewal found the claim gone and cancelled its execution (the work is dropped)."""
