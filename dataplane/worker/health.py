@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+from http import HTTPStatus
 
+import h11
 import trio
 
 from dataplane.core.errors import DatabaseError
@@ -33,6 +35,7 @@ READ_TIMEOUT = 5.0  # seconds a prober may take to send its request
 PING_TIMEOUT = 2.0  # seconds the queue DB has to answer /readyz's ping
 STALL_SECONDS = 30.0  # a loop that has not ticked for longer (beyond its cadence) is stuck
 MAX_REQUEST = 8192  # bytes of request head read at most
+MAX_CONNECTIONS = 64  # exchanges served at once; beyond, a connection is closed unanswered
 
 
 class WorkerHealth:
@@ -85,55 +88,97 @@ class WorkerHealth:
         return None
 
 
-def _response(status: str, content_type: str, body: bytes) -> bytes:
-    head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
+Answer = tuple[int, str, bytes]  # status, content type, body
 
 
-def _probe(reason: str | None) -> bytes:
+def _probe(reason: str | None) -> Answer:
     if reason is None:
-        return _response("200 OK", "application/json", b'{"status":"ok"}')
+        return 200, "application/json", b'{"status":"ok"}'
     body = json.dumps({"status": "unavailable", "reason": reason}).encode()
-    return _response("503 Service Unavailable", "application/json", body)
+    return 503, "application/json", body
 
 
-async def _answer(health: WorkerHealth, path: str) -> bytes:
-    if path == "/healthz":
+def _text(status: int, body: str) -> Answer:
+    return status, "application/json", json.dumps({"error": body}).encode()
+
+
+async def _answer(health: WorkerHealth, request: h11.Request) -> Answer:
+    if request.method not in (b"GET", b"HEAD"):
+        return _text(405, "only GET and HEAD are served here")
+    path = request.target.split(b"?", 1)[0]
+    if path == b"/healthz":
         return _probe(health.live())
-    if path == "/readyz":
+    if path == b"/readyz":
         return _probe(await health.ready())
-    if path == "/metrics" and health.prometheus:
-        return _response("200 OK", "text/plain; version=0.0.4", prometheus_text())
-    return _response("404 Not Found", "text/plain", b"not found\n")
+    if path == b"/metrics" and health.prometheus:
+        return 200, "text/plain; version=0.0.4", prometheus_text()
+    return _text(404, "not found: /healthz, /readyz and /metrics are served here")
+
+
+async def _exchange(health: WorkerHealth, stream: trio.abc.Stream) -> None:
+    """One request, one answer, then close: parsed by h11 (bounded head, strict
+    framing), so no byte sequence a client sends does more than end its exchange."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
+    event: object = h11.NEED_DATA
+    try:
+        while event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(4096)))
+            event = conn.next_event()
+    except h11.RemoteProtocolError as exc:
+        answer, head_only = _text(exc.error_status_hint, "bad request"), False
+    else:
+        if not isinstance(event, h11.Request):
+            return  # the prober hung up before a whole request head
+        answer, head_only = await _answer(health, event), event.method == b"HEAD"
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return  # h11 lets a server answer a malformed request (IDLE) or a request
+    status, content_type, body = answer
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Connection", "close"),
+    ]
+    out = (
+        conn.send(
+            h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase)
+        )
+        or b""
+    )
+    if not head_only:
+        out += conn.send(h11.Data(data=body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    await stream.send_all(out)
 
 
 async def serve_health(
     health: WorkerHealth, host: str, port: int, *, task_status: trio.TaskStatus[None]
 ) -> None:
-    """Serve the probes and metrics on ``host:port`` until cancelled."""
+    """Serve the probes and metrics on ``host:port`` until cancelled.
+
+    Whatever one connection does (a reset mid-request, bytes that are not HTTP, a
+    stall) ends that connection only: its errors are its own, each exchange has a
+    deadline, and at most :data:`MAX_CONNECTIONS` are served at once (the rest are
+    closed unanswered)."""
+    slots = trio.CapacityLimiter(MAX_CONNECTIONS)
 
     async def handle(stream: trio.SocketStream) -> None:
-        with trio.move_on_after(READ_TIMEOUT + PING_TIMEOUT):
-            request = b""
-            while b"\r\n\r\n" not in request and len(request) < MAX_REQUEST:
-                chunk = await stream.receive_some(4096)
-                if not chunk:
-                    break
-                request += chunk
-            parts = request.split(b"\r\n", 1)[0].split()
-            if len(parts) >= 2 and parts[0] in (b"GET", b"HEAD"):
-                path = parts[1].decode(errors="replace").split("?", 1)[0]
-                answer = await _answer(health, path)
-            else:
-                answer = _response("400 Bad Request", "text/plain", b"bad request\n")
-            try:
-                await stream.send_all(answer)
-            except trio.BrokenResourceError:
-                pass  # the prober hung up
-        await stream.aclose()
+        try:
+            slots.acquire_nowait()
+        except trio.WouldBlock:
+            await stream.aclose()
+            return
+        try:
+            with trio.move_on_after(READ_TIMEOUT + PING_TIMEOUT):
+                await _exchange(health, stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the prober reset or hung up: its connection only
+        except Exception:
+            log.exception("worker health: one exchange failed (the server goes on)")
+        finally:
+            slots.release()
+            with trio.move_on_after(1) as closing:
+                closing.shield = True
+                await stream.aclose()
 
     listeners = await trio.open_tcp_listeners(port, host=host)
     log.info("worker health on http://%s:%d/healthz, /readyz, /metrics", host, port)
