@@ -1,25 +1,20 @@
 """Session-level advisory locks, each on a dedicated connection (never from the pool).
 
 A session advisory lock lives as long as its session: whoever holds it keeps it until
-it lets go or its connection dies, so a crashed holder hands over by itself. Two ways
-to use one, on the same :class:`DedicatedSession`:
+it lets go or its connection dies, so a crashed holder hands over by itself.
+:class:`SessionLock` waits for its lock *inside Postgres* (:meth:`SessionLock.acquire`):
+a waiting session costs nothing, and when the holder lets go Postgres grants the lock
+to exactly one waiter, the longest waiting. A hand-over between processes that wakes
+one of them, not all (the workers' on-call lock). An advisory lock needs no privilege,
+so any role that may connect can take one: elections that must be the plane's are rows
+of ``dataplane_elections`` (:mod:`dataplane.queue.elections`), not locks.
 
-* :class:`SessionLock` waits for its lock *inside Postgres* (:meth:`SessionLock.acquire`):
-  a waiting session costs nothing, and when the holder lets go Postgres grants the lock
-  to exactly one waiter, the longest waiting. A hand-over between processes that wakes
-  one of them, not all (the workers' on-call lock).
-* :func:`open_elected` *tries* a lock (a statement answering one row with a boolean
-  ``elected``, e.g. ``pg_try_advisory_lock``) every ``retry_seconds`` until it wins, then
-  leads on that session until it leaves the block (the queue sampler).
-
-Failure handling, the same for both: a statement that fails, times out or is cancelled
+Failure handling: a statement that fails, times out or is cancelled
 closes the session, and with it every lock it held or waited for; a holder, who runs
 no statement while it holds, asks :meth:`SessionLock.lost` (the server hung up: a
 restart or a failover took the lock with it); driver errors come
 out as the project's (:func:`~dataplane.db.connection.translate`). A :class:`SessionLock`
-connects again on its next :meth:`~SessionLock.acquire`; an elected session never does
-(a new connection would not hold the lock): its block ends with the error, and the
-caller opens a new one.
+connects again on its next :meth:`~SessionLock.acquire`.
 
 States of a :class:`SessionLock`: ``closed`` (no connection) -> ``waiting`` -> ``held``
 -> ``released`` -> ``waiting`` ...
@@ -28,8 +23,6 @@ States of a :class:`SessionLock`: ``closed`` (no connection) -> ``waiting`` -> `
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, LiteralString
 
 import psycopg
@@ -162,29 +155,6 @@ class SessionLock:
         """Drop the connection, and with it the lock or the wait."""
         self.held = False
         self._session.close()
-
-
-# The session an elected process leads on (see the module docstring).
-ElectedSession = DedicatedSession
-
-
-@asynccontextmanager
-async def open_elected(
-    config: DatabaseConfig, loop: Any, lock_query: LiteralString, *, retry_seconds: float
-) -> AsyncIterator[ElectedSession]:
-    """Wait until this process is elected; the session is closed (the lock released) on
-    exit. Raises ``DatabaseError`` when the database cannot be reached."""
-    session = DedicatedSession(config, loop)
-    try:
-        await session.open()
-        while True:
-            rows = await session.fetchall(lock_query)
-            if rows and rows[0]["elected"]:
-                break
-            await trio.sleep(retry_seconds)
-        yield session
-    finally:
-        session.close()
 
 
 async def _fetchall(

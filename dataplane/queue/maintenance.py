@@ -1,9 +1,10 @@
 """Maintenance as its own schedule: a pass every ``interval`` seconds, busy or not.
 
 Every worker runs this service (and so can ``dataplane maintenance``); the
-advisory lock of :func:`~dataplane.queue.reaper.reap_once` elects one of them per
-pass, so the fleet runs one pass at a time whatever its size, and a fleet that is
-never idle is still maintained. A failed pass is logged and tried again at the
+``maintenance`` election of :func:`~dataplane.queue.reaper.reap_once` (a row only the
+plane's roles may write, :mod:`dataplane.queue.elections`) elects one of them per
+pass, so the fleet runs one pass at a time whatever its size, and a fleet that is never
+idle is still maintained. A failed pass is logged and tried again at the
 next turn. Each row a pass parks as poison (its last attempt's lease lapsed) gets
 its span in the request's trace, its count and its WARNING line
 (:func:`~dataplane.queue.poison.report_lapsed`).
@@ -17,6 +18,7 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Database
+from dataplane.queue.elections import new_holder
 from dataplane.queue.poison import report_lapsed
 from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
 
@@ -37,7 +39,8 @@ class Maintenance:
         self.interval = interval
         self.retention = retention or RetentionConfig()
         self.passes = 0  # passes run by this process
-        self.skipped = 0  # turns another process held the lock
+        self.skipped = 0  # turns another process held the election
+        self.holder = new_holder()
 
     async def run(self) -> None:
         while True:
@@ -47,7 +50,7 @@ class Maintenance:
     async def run_once(self) -> ReapResult | None:
         """One turn: a pass if elected; ``None`` if the pass failed."""
         try:
-            result = await reap_once(self.db, self.retention)
+            result = await reap_once(self.db, self.retention, holder=self.holder)
         except DatabaseError as exc:
             log.warning("maintenance pass failed (%s); next turn in %gs", exc, self.interval)
             return None

@@ -8,9 +8,10 @@ deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison`` rows older
 than 7 d and expired blobs (:mod:`dataplane.queue.blobs`), each in bounded batches
 (every batch its own short transaction: no long locks on the hot table, however
 large the backlog).
-:func:`reap_once` runs a pass on one connection that first takes the maintenance
-advisory lock: across the fleet, one pass at a time; a pass that finds the lock
-taken does nothing and says so.
+:func:`reap_once` runs a pass on one connection that first takes the ``maintenance``
+election (:mod:`dataplane.queue.elections`) for the pass's longest duration and steps
+down after it: across the fleet, one pass at a time; a pass that finds the election
+held by another does nothing and says so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Connection, Database, q
 from dataplane.queue.blobs import delete_expired
+from dataplane.queue.elections import MAINTENANCE, new_holder, release_on, take_on
 from dataplane.queue.records import Poisoned
 
 DONE_RETENTION_SECONDS = 24 * 3600.0
@@ -57,18 +59,23 @@ class ReapResult:
         return self.done_deleted + self.poison_deleted + self.blobs_deleted + self.poisoned
 
 
-async def reap_once(db: Database, config: RetentionConfig | None = None) -> ReapResult:
-    """One maintenance pass, if this session is elected (one bridge crossing)."""
+async def reap_once(
+    db: Database, config: RetentionConfig | None = None, *, holder: str | None = None
+) -> ReapResult:
+    """One maintenance pass, if ``holder`` (a contender of its own when ``None``) is
+    elected for it (one bridge crossing)."""
     result: ReapResult = await db.run(
-        _locked_pass, config or RetentionConfig(), call_timeout=PASS_TIMEOUT
+        _elected_pass,
+        config or RetentionConfig(),
+        holder or new_holder(),
+        call_timeout=PASS_TIMEOUT,
     )
     return result
 
 
-async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
-    cur = await conn.execute(q("maintenance_lock"))
-    row = await cur.fetchone()
-    if not (row and row["elected"]):
+async def _elected_pass(conn: Connection, config: RetentionConfig, holder: str) -> ReapResult:
+    # The term outlasts the pass's timeout: a holder that dies mid-pass hands over then.
+    if not await take_on(conn, MAINTENANCE, holder, PASS_TIMEOUT + 30):
         return ReapResult(0, 0, 0, 0, elected=False)
     try:
         cur = await conn.execute(q("reap_lapsed_at_cutoff"), {"batch": config.batch})
@@ -81,7 +88,7 @@ async def _locked_pass(conn: Connection, config: RetentionConfig) -> ReapResult:
         return ReapResult(done, poison, blobs, len(poisoned), True, poisoned)
     finally:
         if not conn.closed and not conn.broken:
-            await conn.execute(q("maintenance_unlock"))
+            await release_on(conn, MAINTENANCE, holder)
 
 
 async def _delete(

@@ -1,16 +1,18 @@
 """The queue sampler: the queue's shape as gauges, read by one elected worker.
 
-Every worker runs a :class:`QueueSampler`; the one whose dedicated session holds the
-sampler's advisory lock (:func:`~dataplane.db.lock.open_elected`) leads, and every
+Every worker runs a :class:`QueueSampler`; the one that holds the ``queue_sampler``
+election (a row only the plane's roles may write, :mod:`dataplane.queue.elections`,
+renewed at every sample for a term of a few intervals) leads, and every
 ``interval`` seconds reads rows by queue type and state (``ready``, ``backing_off``,
 ``running``, ``lease_lapsed``, ``poison``) and the age of each type's oldest claimable
 row since it became claimable, in one statement, and publishes them as the
 ``dataplane.queue.depth`` and ``dataplane.queue.oldest_ready_age`` gauges. The others
-only retry the lock at the same cadence, so the fleet runs one sample per interval
+only try the election at the same cadence, so the fleet runs one sample per interval
 whatever its size, and one process exports the gauges (no double counting, no stale
 copies). A type that was seen keeps reporting zeros once empty, so its series never
-just vanish. A published sample expires after a few intervals; on losing its session
-(the database went away) the leader withdraws it at once, and any worker may lead next.
+just vanish. A published sample expires after a few intervals; when a sample fails (the
+database went away) the leader withdraws it at once, and a leader that stops steps
+down, so another worker leads at its next try (a crashed one's term lapses first).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, q
-from dataplane.db.lock import ElectedSession, open_elected
+from dataplane.queue.elections import QUEUE_SAMPLER, new_holder, release, take
 from telemetry.metrics import (
     QUEUE_STATES,
     publish_queue_sample,
@@ -46,29 +48,43 @@ class QueueSampler:
         self.leading = False
         self.samples = 0  # samples taken by this process
         self._sampled = trio.Event()
+        self.holder = new_holder()
 
     async def run(self) -> None:
-        """Lead when elected, else keep trying; a lost session is logged and retried."""
-        while True:
-            try:
-                async with open_elected(
-                    self.db.config, self.db.loop, q("sampler_lock"), retry_seconds=self.interval
-                ) as session:
-                    self.leading = True
-                    log.info("queue sampler: elected; sampling every %gs", self.interval)
-                    while True:
-                        await self.sample_once(session)
-                        await trio.sleep(self.interval)
-            except DatabaseError as exc:
-                log.warning("queue sampler: %s; trying again in %gs", exc, self.interval)
-            finally:
-                if self.leading:
-                    self.leading = False
-                    withdraw_queue_sample()
-            await trio.sleep(self.interval)
+        """Lead while elected, else keep trying; a failed sample is logged and retried."""
+        term = SAMPLE_VALID_INTERVALS * self.interval
+        try:
+            while True:
+                try:
+                    if await take(self.db, QUEUE_SAMPLER, self.holder, term):
+                        if not self.leading:
+                            self.leading = True
+                            log.info("queue sampler: elected; sampling every %gs", self.interval)
+                        await self.sample_once()
+                    elif self.leading:
+                        self._step_down("another sampler holds the election")
+                except DatabaseError as exc:
+                    if self.leading:
+                        self._step_down(str(exc))
+                    log.warning("queue sampler: %s; trying again in %gs", exc, self.interval)
+                await trio.sleep(self.interval)
+        finally:
+            if self.leading:
+                self._step_down("stopping")
+                with trio.move_on_after(2) as cleanup:
+                    cleanup.shield = True
+                    try:
+                        await release(self.db, QUEUE_SAMPLER, self.holder)
+                    except DatabaseError:
+                        pass  # the term lapses by itself
 
-    async def sample_once(self, session: ElectedSession) -> None:
-        rows = await session.fetchall(q("queue_depth_sample"))
+    def _step_down(self, why: str) -> None:
+        self.leading = False
+        withdraw_queue_sample()
+        log.info("queue sampler: no longer leading (%s)", why)
+
+    async def sample_once(self) -> None:
+        rows = await self.db.fetchall(q("queue_depth_sample"))
         self.types.update(row["type"] for row in rows)
         depth = {(t, state): 0 for t in self.types for state in QUEUE_STATES}
         oldest = dict.fromkeys(self.types, 0.0)

@@ -51,11 +51,3 @@ WITH p AS (
 SELECT p.id, p.type, p.dequeue_count, p.max_dequeues, p.traceparent
 FROM p
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(p.type), p.id::text)) AS n;
-
--- name: maintenance_lock
--- Elect this session to run maintenance: true for exactly one session at a time.
-SELECT pg_try_advisory_lock(hashtext('dataplane.maintenance')) AS elected;
-
--- name: maintenance_unlock
--- Step down after a maintenance pass.
-SELECT pg_advisory_unlock(hashtext('dataplane.maintenance')) AS released;

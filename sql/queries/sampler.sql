@@ -1,10 +1,6 @@
 -- Statements of the queue sampler (dataplane/queue/sampler.py): one elected worker of
 -- the fleet reads the queue's shape every few seconds for the depth gauges.
 
--- name: sampler_lock
--- Elect this session as the fleet's queue sampler (held while the session lives).
-SELECT pg_try_advisory_lock(hashtext('dataplane.queue_sampler')) AS elected;
-
 -- name: queue_depth_sample
 -- Live rows by type and state, with the oldest claimable row's age since it became
 -- claimable, and poison rows by type: two index scans (maestro_queues_claim and

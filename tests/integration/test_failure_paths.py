@@ -123,14 +123,13 @@ async def test_maintenance_runs_in_one_process_at_a_time(
     second = Maintenance(db, retention=RetentionConfig(done_seconds=0))
     # Another process holds the election: neither pass runs.
     with psycopg.connect(queue_dsn, autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(hashtext('dataplane.maintenance'))")
+        take = "INSERT INTO dataplane_elections (name, holder, until)"
+        other.execute(take + " VALUES ('maintenance', 'other', now() + interval '1 hour')")
         skipped = [await first.run_once(), await second.run_once()]
         assert all(r is not None and not r.elected for r in skipped)
         assert await queue.get(enq.job_id) is not None
-        # The other process steps down. Unlock in its session, not by closing it:
-        # a closed client's backend lets go of its locks only when it notices the
-        # hang-up and exits, a moment later (the race CI once lost).
-        other.execute("SELECT pg_advisory_unlock(hashtext('dataplane.maintenance'))")
+        # The other process steps down.
+        other.execute("UPDATE dataplane_elections SET until = now() WHERE name = 'maintenance'")
     # The next turn is elected and reaps.
     result = await first.run_once()
     assert result is not None and result.elected and result.done_deleted == 1

@@ -1,0 +1,75 @@
+"""A role that may merely connect to the queue DB cannot steer the fleet's elections.
+
+Advisory locks need no privilege: a connect-only role used to hold
+``pg_try_advisory_lock(hashtext('dataplane.maintenance'))`` (or the sampler's) and
+silently stop maintenance and the depth gauges everywhere. The elections are rows of
+``dataplane_elections`` now, which such a role can neither take nor hold.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dataplane.db import Database
+from dataplane.queue import QueueClient
+from dataplane.queue.maintenance import Maintenance
+from dataplane.queue.reaper import RetentionConfig
+from dataplane.queue.sampler import QueueSampler
+from tests.conftest import admin_execute, wait_until
+from tests.helpers import complete, submit
+
+OLD_LOCKS = ("dataplane.maintenance", "dataplane.queue_sampler")
+
+
+@pytest.fixture
+def outsider(queue_dsn: str, pg_admin_dsn: str) -> Iterator[str]:
+    """The DSN of a LOGIN role with no grant but CONNECT on the queue DB."""
+    name = f"outsider_{secrets.token_hex(4)}"
+    password = secrets.token_urlsafe(16)
+    database = conninfo_to_dict(queue_dsn)["dbname"]
+    admin_execute(
+        pg_admin_dsn,
+        f"CREATE ROLE {name} LOGIN PASSWORD '{password}'",
+        f'GRANT CONNECT ON DATABASE "{database}" TO {name}',
+    )
+    try:
+        yield make_conninfo(queue_dsn, user=name, password=password)
+    finally:
+        admin_execute(
+            pg_admin_dsn,
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'",
+            f'REVOKE CONNECT ON DATABASE "{database}" FROM {name}',
+            f"DROP ROLE {name}",
+        )
+
+
+async def test_a_connect_only_role_cannot_stop_maintenance(
+    queue: QueueClient, db: Database, outsider: str
+) -> None:
+    enq = await submit(queue, "probe", "echo", {"value": 1})
+    (job,) = await queue.claim("surface-probe", "w")
+    await complete(queue, job, {"data": 1})
+    with psycopg.connect(outsider, autocommit=True) as conn:
+        for key in OLD_LOCKS:  # what stopped maintenance and the sampler before
+            conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "INSERT INTO dataplane_elections (name, holder, until)"
+                " VALUES ('maintenance', 'outsider', now() + interval '1 day')"
+            )
+        result = await Maintenance(db, retention=RetentionConfig(done_seconds=0)).run_once()
+        assert result is not None and result.elected and result.done_deleted == 1
+        assert await queue.get(enq.job_id) is None
+
+        sampler = QueueSampler(db, interval=0.05, types=["surface-probe"])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sampler.run)
+            await wait_until(lambda: sampler.samples >= 1, within=10)
+            nursery.cancel_scope.cancel()
+        assert sampler.leading is False  # it stepped down on stopping
