@@ -199,6 +199,13 @@ class Instruments:
             "{stream}",
             "Streams ended by the stream deadline with event: error TIMEOUT (BFF)",
         )
+        self.outsider_locks = _counter(
+            meter,
+            "dataplane.outsider.locks",
+            "{observation}",
+            "Checks that found a plane lock held by a session whose role is not the plane's "
+            "(worker, while waiting for its on-call lock)",
+        )
         self.notify_rejected = _counter(
             meter,
             "dataplane.notify.rejected",
@@ -330,6 +337,7 @@ def initialise(
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for reason in CAPCOM_DROP_REASONS:
             m.capcom_dropped.add(0, {REASON: reason})
+        m.outsider_locks.add(0, {"dataplane.lock": "oncall"})
     elif process == "bff":
         for queue_type, names in operations.items():
             q = {QUEUE_TYPE: queue_type}

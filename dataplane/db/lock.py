@@ -39,6 +39,7 @@ from dataplane.db.connection import (
     looks_dead,
     translate,
 )
+from dataplane.db.pool import Database
 from dataplane.db.sql import q
 
 log = logging.getLogger(__name__)
@@ -164,3 +165,11 @@ async def _fetchall(
     if cur.description is None:
         return []
     return await cur.fetchall()
+
+
+async def outsider_holding(db: Database, key: str) -> str | None:
+    """The role of a session holding the lock named ``key`` that is not the plane's
+    (neither this session's role nor a member of ``dataplane_worker``), else ``None``.
+    One statement on ``db``'s pool."""
+    row = await db.fetchone(q("session_lock_outsider"), {"key": key})
+    return None if row is None else str(row["outsider"])

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.db import Database, Gap, Notification
-from dataplane.db.lock import SessionLock
+from dataplane.db.lock import SessionLock, outsider_holding
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.sampler import QueueSampler
@@ -113,12 +113,14 @@ class Worker:
         self.listener = queue.db.listener(
             [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
         )
+        oncall_key = f"oncall:{config.queue_type}"
         self.oncall = OnCall(
-            SessionLock(queue.db.config, f"oncall:{config.queue_type}", loop=queue.db.loop),
+            SessionLock(queue.db.config, oncall_key, loop=queue.db.loop),
             free_slots=lambda: self.held.free_slots(config.concurrency),
             wake=self.claimer.wake,
             listener=self.listener,
             channel=config.parsed_type.wake_channel,
+            outsider=lambda: outsider_holding(queue.db, oncall_key),
         )
         self.notify_wakes = 0
         self.notifies_ignored = 0

@@ -13,3 +13,24 @@ SELECT pg_advisory_lock(hashtext('dataplane.session_lock'), hashtext(%(key)s));
 -- name: session_unlock
 -- Let go of the lock named `key` (the longest waiting session gets it).
 SELECT pg_advisory_unlock(hashtext('dataplane.session_lock'), hashtext(%(key)s));
+
+-- name: session_lock_outsider
+-- The role of a session holding the lock named `key` that is not the plane's: neither
+-- this session's role nor a member of dataplane_worker (an advisory lock needs no
+-- privilege, so any role that may connect can take one or wait in line for it).
+SELECT a.usename AS outsider, a.pid
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = hashtext('dataplane.session_lock')::oid
+  AND l.objid = hashtext(%(key)s)::oid
+  AND l.objsubid = 2
+  AND a.usesysid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
+  AND NOT CASE
+      WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dataplane_worker')
+          THEN pg_has_role(a.usesysid, 'dataplane_worker', 'MEMBER')
+      ELSE false
+  END
+LIMIT 1;

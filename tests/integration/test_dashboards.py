@@ -492,6 +492,7 @@ COUNTERS = [
         "cancelled",
         "stream_timeouts",
         "notify_rejected",
+        "outsider_locks",
     )
 ]
 GAUGES = [

@@ -3,26 +3,31 @@
 Advisory locks need no privilege: a connect-only role used to hold
 ``pg_try_advisory_lock(hashtext('dataplane.maintenance'))`` (or the sampler's) and
 silently stop maintenance and the depth gauges everywhere. The elections are rows of
-``dataplane_elections`` now, which such a role can neither take nor hold.
+``dataplane_elections`` now, which such a role can neither take nor hold. The workers'
+on-call lock stays an advisory lock (Postgres hands it to one waiter): a worker that
+finds it held by a role not the plane's answers every notify, warns and counts it.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db import Database
+from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.reaper import RetentionConfig
 from dataplane.queue.sampler import QueueSampler
 from tests.conftest import admin_execute, wait_until
-from tests.helpers import complete, submit
+from tests.helpers import WorkerProcess, complete, submit
 
 OLD_LOCKS = ("dataplane.maintenance", "dataplane.queue_sampler")
 
@@ -73,3 +78,48 @@ async def test_a_connect_only_role_cannot_stop_maintenance(
             await wait_until(lambda: sampler.samples >= 1, within=10)
             nursery.cancel_scope.cancel()
         assert sampler.leading is False  # it stepped down on stopping
+
+
+def _metric(port: int, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)]
+    return sum(values)
+
+
+async def test_a_worker_answers_notifies_while_an_outsider_holds_its_call(
+    queue: QueueClient, queue_dsn: str, outsider: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        "MAESTRO_QUEUES_URL": queue_dsn,
+        "SURFACE_QUEUE_TYPE": "surface-probe",
+        "DATAPLANE_PROBE": "1",
+        "DATAPLANE_METRICS": "1",
+        "DATAPLANE_METRICS_PORT": str(port),
+        "DATAPLANE_METRICS_HOST": "127.0.0.1",
+    }
+    with psycopg.connect(outsider, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_advisory_lock(hashtext('dataplane.session_lock'),"
+            " hashtext('oncall:surface-probe'))"
+        )
+        worker = WorkerProcess(env, str(tmp_path / "worker.log"))
+        try:
+            await worker.wait_ready()
+            role = conninfo_to_dict(outsider)["user"]
+            await wait_until(lambda: f"held by role '{role}'" in worker.output(), within=15)
+            assert _metric(port, "dataplane_outsider_locks_total") >= 1
+            enq = await submit(queue, "probe", "echo", {"value": 1})
+            await wait_until(lambda: _done(queue, enq.job_id), within=10)
+            conn.execute(
+                "SELECT pg_advisory_unlock(hashtext('dataplane.session_lock'),"
+                " hashtext('oncall:surface-probe'))"
+            )
+            await wait_until(lambda: "taken back from" in worker.output(), within=15)
+        finally:
+            worker.stop()
+
+
+async def _done(queue: QueueClient, job_id: object) -> bool:
+    row = await queue.get(job_id)  # type: ignore[arg-type]
+    return row is not None and row.status == "done"
