@@ -35,6 +35,12 @@ outrank them, so every connection starts with:
   meant (put it in the URL's ``options``);
 * ``default_transaction_read_only`` on.
 
+Every other setting is an allow-list: a role's or the database's default for a setting
+neither pinned nor kept refuses the boot (``timezone_abbreviations`` would parse 'IST'
+as India, ``row_security`` or ``synchronize_seqscans`` change which rows come back and
+in what order), unless it is in :data:`HARMLESS`: settings of how fast a query runs
+and how the server logs it, never of what it answers.
+
 The URL's own ``options`` override the first two; nothing overrides the third. The
 server's version comes first, from a connection that runs no statement (a name the
 server does not know would refuse the connection, and a role's
@@ -105,6 +111,35 @@ KEPT = (
     "gin_fuzzy_search_limit",
 )
 READ_ONLY = "default_transaction_read_only"  # always on (DatabaseConfig.read_only)
+# Defaults a role or the database may set without refusing the boot: how fast, how much
+# memory, what the server logs; never what a query answers. Exact names, and prefixes.
+HARMLESS = frozenset(
+    {
+        "application_name",
+        "work_mem",
+        "hash_mem_multiplier",
+        "maintenance_work_mem",
+        "temp_buffers",
+        "effective_cache_size",
+        "effective_io_concurrency",
+        "maintenance_io_concurrency",
+        "random_page_cost",
+        "seq_page_cost",
+        "default_statistics_target",
+        "from_collapse_limit",
+        "join_collapse_limit",
+        "plan_cache_mode",
+        "constraint_exclusion",
+        "cursor_tuple_fraction",
+        "max_parallel_workers_per_gather",
+        "min_parallel_table_scan_size",
+        "min_parallel_index_scan_size",
+        "parallel_leader_participation",
+        "track_io_timing",
+        "track_functions",
+    }
+)
+HARMLESS_PREFIXES = ("enable_", "cpu_", "parallel_", "geqo", "jit", "log_", "auto_explain.")
 CHECKED = [*PINNED, *KEPT, READ_ONLY]
 ROLE_SOURCES = frozenset({"user", "database user"})  # ALTER ROLE ... [IN DATABASE ...] SET
 
@@ -128,6 +163,7 @@ async def open_client_database(
     first = replace(first, settings=pinned_on(version))
     async with open_database(first, loop=loop) as db:
         kept = keep(await db.fetchall(q("ro_session_settings"), {"names": CHECKED}))
+        check_defaults(await db.fetchall(q("ro_session_defaults")))
     pinned = replace(config, read_only=True, settings=(*first.settings, *kept))
     async with open_database(pinned, loop=loop) as db:
         check_pinned(await db.fetchall(q("ro_session_settings"), {"names": CHECKED}), pinned)
@@ -168,6 +204,26 @@ def keep(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
                 pin,
             )
     return tuple(kept)
+
+
+def check_defaults(rows: Sequence[Mapping[str, Any]]) -> None:
+    """Raise :class:`ConfigError` for a role's or the database's default that is neither
+    pinned, kept (:func:`keep` judges those) nor :data:`HARMLESS`."""
+    handled = {name.lower() for name in CHECKED} | {"lo_compat_privileges"}  # the proof's
+    for row in rows:
+        name = row["name"]
+        if name in handled or name in HARMLESS or name.startswith(HARMLESS_PREFIXES):
+            continue
+        by = (
+            "ALTER ROLE ... SET, which the credential may change at will"
+            if row["scope"] == "role"
+            else "ALTER DATABASE ... SET"
+        )
+        raise ConfigError(
+            f"CLIENT_DB_URL's {row['scope']} sets {name} ({row['value']}, by {by}), which"
+            " can change what a query answers; RESET it, or set it in CLIENT_DB_URL's"
+            f" options (options=-c {name}=...)"
+        )
 
 
 def check_pinned(rows: Sequence[Mapping[str, Any]], config: DatabaseConfig) -> None:

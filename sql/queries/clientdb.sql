@@ -154,6 +154,22 @@ FROM pg_catalog.pg_settings s
 WHERE s.name = ANY(%(names)s::text[])
 ORDER BY s.name;
 
+-- name: ro_session_defaults
+-- Every default the login role gives itself (ALTER ROLE ... [IN DATABASE ...] SET) or
+-- the database gives every session (ALTER DATABASE ... SET): name, value and by whom.
+SELECT lower(split_part(c.item, '=', 1)) AS name,
+       substr(c.item, strpos(c.item, '=') + 1) AS value,
+       CASE WHEN d.setrole = 0 THEN 'database' ELSE 'role' END AS scope
+FROM pg_catalog.pg_db_role_setting d
+CROSS JOIN LATERAL unnest(d.setconfig) AS c(item)
+WHERE (d.setrole = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
+       AND d.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database
+                                 WHERE datname = current_database())))
+   OR (d.setrole = 0
+       AND d.setdatabase = (SELECT oid FROM pg_catalog.pg_database
+                            WHERE datname = current_database()))
+ORDER BY 1;
+
 -- name: database_exists
 -- Whether a database exists (run on an admin connection).
 SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;

@@ -535,6 +535,41 @@ async def test_a_setting_the_role_gives_itself_that_changes_answers_is_refused(
     ), refused.value
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("timezone_abbreviations", "India"),  # 'IST' parsed as India Standard Time
+        ("row_security", "off"),
+        ("xmlbinary", "hex"),
+        ("quote_all_identifiers", "on"),
+        ("synchronize_seqscans", "off"),
+    ],
+)
+async def test_any_other_setting_the_role_gives_itself_is_refused_unless_harmless(
+    name: str, value: str, case: Case, bridge: Any
+) -> None:
+    """An allow-list, not a deny-list: the defaults above booted and served before."""
+    case.as_role(f"ALTER ROLE {{role}} SET {name} = '{value}'", commit=True)
+    with pytest.raises(ConfigError) as refused:
+        await _prove(case.dsn, bridge)
+    assert str(refused.value).startswith(
+        f"CLIENT_DB_URL's role sets {name.lower()} ({value}, by ALTER ROLE ... SET"
+    ), refused.value
+    case.as_role(
+        f"ALTER ROLE {{role}} RESET {name}", "ALTER ROLE {role} SET work_mem = '8MB'", commit=True
+    )
+    await _prove(case.dsn, bridge)  # how fast, not what: it boots
+
+
+async def test_a_database_default_that_changes_answers_is_refused(case: Case, bridge: Any) -> None:
+    case.admin("ALTER DATABASE \"{db}\" SET timezone_abbreviations = 'India'")
+    try:
+        with pytest.raises(ConfigError, match=r"^CLIENT_DB_URL's database sets timezone_abbrev"):
+            await _prove(case.dsn, bridge)
+    finally:
+        case.admin('ALTER DATABASE "{db}" RESET timezone_abbreviations')
+
+
 async def test_a_setting_the_role_gives_itself_in_this_database_is_refused(
     case: Case, bridge: Any
 ) -> None:
