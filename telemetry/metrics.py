@@ -199,6 +199,13 @@ class Instruments:
             "{stream}",
             "Streams ended by the stream deadline with event: error TIMEOUT (BFF)",
         )
+        self.invalidations_refused = _counter(
+            meter,
+            "dataplane.invalidations.refused",
+            "{notify}",
+            "Invalidation notifies a worker did not believe: not sealed with the notify "
+            "secret (or too old), or a tag a BFF would not send (worker)",
+        )
         self.outsider_locks = _counter(
             meter,
             "dataplane.outsider.locks",
@@ -338,6 +345,8 @@ def initialise(
         for reason in CAPCOM_DROP_REASONS:
             m.capcom_dropped.add(0, {REASON: reason})
         m.outsider_locks.add(0, {"dataplane.lock": "oncall"})
+        for reason in ("unsealed", "bad_tag"):
+            m.invalidations_refused.add(0, {"dataplane.reason": reason})
     elif process == "bff":
         for queue_type, names in operations.items():
             q = {QUEUE_TYPE: queue_type}

@@ -315,11 +315,13 @@ class QueueClient(QueueReaders):
         return row is not None
 
     async def invalidate(self, *tags: str) -> None:
-        """Drop the cache entries carrying ``tags`` on every worker (a notify per tag)."""
+        """Drop the cache entries carrying ``tags`` on every worker (a notify per tag,
+        sealed with ``DATAPLANE_NOTIFY_SECRET`` when set)."""
         for tag in tags:
             check_tag(tag)  # every one before the first is sent
-        for tag in tags:
-            await self.notify(INVALIDATE_CHANNEL, tag)
+        for tag in tags:  # sealed when the plane has a notify secret: workers require it
+            payload = tag if self.seal is None else self.seal.seal_invalidation(tag)
+            await self.notify(INVALIDATE_CHANNEL, payload)
 
     async def notify(self, channel: str, payload: str = "") -> None:
         """Send one notification (e.g. the cache-invalidation broadcast)."""

@@ -25,6 +25,13 @@ Format of the sealed part (after ``'<job id> '``)::
 * the associated data binds the sealed note to the job id in front of it: a sealed
   answer moved to another job does not open.
 
+Invalidations (``dataplane_invalidate``, one tag a notify) are sealed the same way,
+with the associated data ``"invalidate"`` (no job id is that) and the note
+``{"tag": ..., "at": <unix seconds>}``: a worker drops cache entries only for a tag
+that opens and was sealed within :data:`INVALIDATION_MAX_AGE` seconds (a captured one
+replays for that long at most), so a role that may merely connect cannot drop a
+tenant's cache on every worker.
+
 A BFF keeps the message keys it has derived (one per worker process it has heard
 from), bounded; a flood of made-up salts costs one HMAC each and evicts old keys.
 """
@@ -36,7 +43,9 @@ import binascii
 import hashlib
 import hmac
 import itertools
+import json
 import os
+import time
 from collections import OrderedDict
 
 from cryptography.exceptions import InvalidTag
@@ -51,6 +60,8 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 HEADER_BYTES = KID_BYTES + SALT_BYTES + NONCE_BYTES
 MESSAGE_KEYS = 1024  # message keys a BFF keeps (one per worker process heard)
+INVALIDATION_MAX_AGE = 300.0  # seconds a sealed invalidation opens for (clocks may skew)
+INVALIDATION_AAD = "invalidate"  # the associated data of a sealed invalidation
 
 
 def parse_secrets(value: str | None) -> list[str]:
@@ -126,6 +137,27 @@ class NotifySeal:
             return plain.decode()
         except (InvalidTag, UnicodeDecodeError):
             return None
+
+    def seal_invalidation(self, tag: str, *, now: float | None = None) -> str:
+        """The sealed payload of an invalidation of ``tag``."""
+        note = json.dumps({"tag": tag, "at": time.time() if now is None else now})
+        return self.seal(INVALIDATION_AAD, note)
+
+    def open_invalidation(self, text: str, *, now: float | None = None) -> str | None:
+        """The tag sealed in ``text``; None unless it opens, is well formed and was
+        sealed within :data:`INVALIDATION_MAX_AGE` seconds of ``now``."""
+        note = self.open(INVALIDATION_AAD, text)
+        if note is None:
+            return None
+        try:
+            value = json.loads(note)
+            tag, at = value["tag"], float(value["at"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not isinstance(tag, str):
+            return None
+        age = (time.time() if now is None else now) - at
+        return tag if -INVALIDATION_MAX_AGE <= age <= INVALIDATION_MAX_AGE else None
 
     def _message_cipher(self, key: bytes, kid_salt: bytes) -> AESGCM:
         cipher = self._opened.get(kid_salt)

@@ -48,6 +48,7 @@ from dataplane.worker.claims.held import HeldJobs
 from dataplane.worker.claims.leases import LeaseKeeper
 from dataplane.worker.claims.oncall import OnCall
 from dataplane.worker.config import WorkerConfig
+from dataplane.worker.invalidations import Invalidations
 from dataplane.worker.pipeline.cache import INVALIDATE_CHANNEL, TtlCache
 from dataplane.worker.pipeline.executor import JobExecutor
 from dataplane.worker.report import Reporter
@@ -122,6 +123,7 @@ class Worker:
             channel=config.parsed_type.wake_channel,
             outsider=lambda: outsider_holding(queue.db, oncall_key),
         )
+        self.invalidations = Invalidations(queue.seal)
         self.notify_wakes = 0
         self.notifies_ignored = 0
         self.maintenance = Maintenance(
@@ -238,8 +240,10 @@ class Worker:
                 self.claimer.wake()
             elif isinstance(event, Notification):
                 if event.channel == INVALIDATE_CHANNEL:
-                    dropped = self.cache.invalidate_tag(event.payload)
-                    log.info("cache: invalidated tag %r (%d entries)", event.payload, dropped)
+                    tag = self.invalidations.tag_of(event.payload)
+                    if tag is not None:
+                        dropped = self.cache.invalidate_tag(tag)
+                        log.info("cache: invalidated tag %r (%d entries)", tag, dropped)
                 elif self.oncall.answers_notifies():
                     self.notify_wakes += 1
                     self.claimer.wake()

@@ -20,7 +20,7 @@ from dataplane.db.lock import SessionLock
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
-from tests.helpers import WorkerProcess, session_locks, submit
+from tests.helpers import NOTIFY_SECRET, WorkerProcess, session_locks, submit
 
 
 def probe_env(queue_dsn: str, **extra: str) -> dict[str, str]:
@@ -242,6 +242,7 @@ async def test_cache_invalidation_reaches_every_worker_process(
         "SURFACE_QUEUE_TYPE": "surface-users",
         "CLIENT_DB_URL": demo_db[1],
         "DATAPLANE_IDLE_MS": "200",
+        "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
     }
     # Idle work goes to the one worker on call; the test holds the on-call lock itself,
     # so both workers claim by polling (every 200 ms at most) and both get jobs.
@@ -267,7 +268,11 @@ async def test_cache_invalidation_reaches_every_worker_process(
                 seen.setdefault(owner, []).append(cache)
         assert len(seen) == 2
 
-        await queue.notify("dataplane_invalidate", "c:acme")
+        await queue.notify("dataplane_invalidate", "c:acme")  # unsealed: anyone may send it
+        await wait_until(
+            lambda: all("refused 1 invalidation" in w.output() for w in workers), within=10
+        )
+        await queue.invalidate("c:acme")  # sealed with the plane's notify secret
         # The broadcast is asynchronous: wait until both workers say they heard it.
         await wait_until(
             lambda: all("invalidated tag 'c:acme'" in w.output() for w in workers), within=10

@@ -493,6 +493,7 @@ COUNTERS = [
         "stream_timeouts",
         "notify_rejected",
         "outsider_locks",
+        "invalidations_refused",
     )
 ]
 GAUGES = [

@@ -3,6 +3,7 @@ cache, single-flight, blobs, leases."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -361,7 +362,14 @@ async def test_cache_hit_miss_bypass_and_scope_isolation(queue: QueueClient) -> 
         assert len(runs) == 4  # two misses + two bypasses
         assert len(worker.cache) == 2
 
-        await queue.notify(INVALIDATE_CHANNEL, "c:acme")
+        # Anyone may NOTIFY: an unsealed tag, a sealed one too long, a stale one are refused.
+        stale = queue.seal.seal_invalidation("c:acme", now=time.time() - 3600)  # type: ignore[union-attr]
+        too_long = queue.seal.seal_invalidation("c:" + "a" * 8000)  # type: ignore[union-attr]
+        for payload in ("c:acme", stale, too_long[:7999]):
+            await queue.notify(INVALIDATE_CHANNEL, payload)
+        await wait_until(lambda: worker.invalidations.refused == 3, within=5)
+        assert len(worker.cache) == 2
+        await queue.invalidate("c:acme")  # sealed with the plane's notify secret
         await wait_until(lambda: len(worker.cache) == 0, within=5)
         assert (await once("cached"))["cache"] == "miss"
 
