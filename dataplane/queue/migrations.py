@@ -52,7 +52,22 @@ async def migrate(db: Database, directory: Path | None = None) -> list[str]:
     applied: list[str] = await db.run(_apply, migrations, call_timeout=MIGRATE_TIMEOUT)
     for version in applied:
         log.info("migration applied: %s", version)
+    await warn_if_open_to_public(db)
     return applied
+
+
+async def warn_if_open_to_public(db: Database) -> bool:
+    """Warn when every role may connect to the queue DB; return whether it may."""
+    row = await db.fetchone(q("database_open_to_public"))
+    if not (row and row["open"]):
+        return False
+    log.warning(
+        "the queue DB is open to PUBLIC: any role that may log in can connect, LISTEN to"
+        ' job ids and take advisory locks. Close it: REVOKE CONNECT ON DATABASE "%s" FROM'
+        " PUBLIC, then GRANT CONNECT on it to the roles of the plane's processes",
+        row["name"],
+    )
+    return True
 
 
 UNDEFINED_TABLE = "42P01"

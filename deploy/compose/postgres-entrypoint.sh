@@ -14,6 +14,10 @@ if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   if [ "$POSTGRES_DB" != postgres ]; then
     echo "CREATE DATABASE \"$POSTGRES_DB\"" | postgres --single -D "$PGDATA" postgres >/dev/null
   fi
+  # Closed to PUBLIC: only superusers and the roles granted CONNECT may connect (any
+  # role that can connect hears job ids on the done channels and may take advisory locks).
+  echo "REVOKE CONNECT ON DATABASE \"$POSTGRES_DB\" FROM PUBLIC" |
+    postgres --single -D "$PGDATA" postgres >/dev/null
   echo "postgres-entrypoint: initialized $PGDATA (user $POSTGRES_USER, database $POSTGRES_DB)"
 fi
 if [ "${1:-postgres}" = postgres ]; then

@@ -23,3 +23,8 @@ SELECT version, checksum FROM dataplane_migrations ORDER BY version;
 -- name: migration_record
 -- Record one applied migration.
 INSERT INTO dataplane_migrations (version, checksum) VALUES (%(version)s, %(checksum)s);
+
+-- name: database_open_to_public
+-- Whether every role may connect to this database (PUBLIC holds CONNECT, the default).
+SELECT has_database_privilege('public', current_database(), 'CONNECT') AS open,
+       current_database() AS name;

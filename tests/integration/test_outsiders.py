@@ -10,6 +10,7 @@ finds it held by a role not the plane's answers every notify, warns and counts i
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +21,11 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dataplane.db import Database
+from dataplane.db import Database, close_to_public
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from dataplane.queue.maintenance import Maintenance
+from dataplane.queue.migrations import migrate
 from dataplane.queue.reaper import RetentionConfig
 from dataplane.queue.sampler import QueueSampler
 from tests.conftest import admin_execute, wait_until
@@ -123,3 +125,15 @@ async def test_a_worker_answers_notifies_while_an_outsider_holds_its_call(
 async def _done(queue: QueueClient, job_id: object) -> bool:
     row = await queue.get(job_id)  # type: ignore[arg-type]
     return row is not None and row.status == "done"
+
+
+async def test_migrate_warns_while_the_queue_db_is_open_to_public(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dataplane.queue.migrations")
+    await migrate(db)  # nothing pending: the check runs all the same
+    assert "the queue DB is open to PUBLIC" in caplog.text
+    await close_to_public(db)
+    caplog.clear()
+    await migrate(db)
+    assert "open to PUBLIC" not in caplog.text
