@@ -3,7 +3,7 @@
 * :mod:`~dataplane.deploy.manifests`: the BFF, capcom, the migration Job, and the
   hardening every pod shares;
 * :mod:`~dataplane.deploy.workers`: one worker Deployment per surface and tier, its
-  KEDA ScaledObject, and the workers' NetworkPolicy;
+  KEDA ScaledObject, and a NetworkPolicy per component;
 * :mod:`~dataplane.deploy.render`: the files of the base, from the installed surfaces;
 * :mod:`~dataplane.deploy.yaml`: the YAML writer (the image has no YAML library).
 """

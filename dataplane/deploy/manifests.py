@@ -13,7 +13,7 @@ What is rendered, for an image and the installed surfaces:
   PostgreSQL scaler over ``maestro_queue_depth`` (migration 0011): live tiers keep
   one replica, dev tiers may scale to zero;
 * capcom (the telemetry receiver): Deployment and Service;
-* a NetworkPolicy: workers reach DNS, Postgres and capcom, nothing else.
+* a NetworkPolicy per component (:mod:`dataplane.deploy.policies`).
 
 Credentials are only referenced (``secretKeyRef``; :data:`SECRETS` names them),
 never written here. Every pod runs as uid 10001, non-root, with a read-only root

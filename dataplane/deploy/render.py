@@ -20,11 +20,11 @@ from dataplane.deploy.manifests import (
     capcom_objects,
     migrate_job,
 )
+from dataplane.deploy.policies import network_policies
 from dataplane.deploy.workers import (
     scaled_object,
     trigger_authentication,
     worker_deployment,
-    worker_network_policy,
 )
 from dataplane.deploy.yaml import dump, dump_all
 from dataplane.surfaces.manifest import Surface
@@ -49,7 +49,7 @@ def render(surfaces: Mapping[str, Surface], *, image: str, version: str) -> dict
         "bff.yaml": bff_objects(image),
         "capcom.yaml": capcom_objects(image),
         "keda.yaml": [trigger_authentication()],
-        "network-policy.yaml": [worker_network_policy()],
+        "network-policy.yaml": network_policies(),
     }
     for spec in plan(surfaces):
         files[f"{WORKERS_DIR}/{spec.queue_type}.yaml"] = [

@@ -1,4 +1,4 @@
-"""Worker Deployments, their KEDA scaling, and the NetworkPolicy that fences them.
+"""Worker Deployments and their KEDA scaling (their NetworkPolicy: :mod:`.policies`).
 
 One Deployment per surface and tier (``SURFACE_QUEUE_TYPE`` selects it; the image is
 the same). KEDA's PostgreSQL scaler reads ``maestro_queue_depth(<type>)`` (migration
@@ -14,7 +14,6 @@ from dataplane.deploy.manifests import (
     KEDA_POLLING_SECONDS,
     METRICS_PORT,
     NAME,
-    POSTGRES_PORT,
     WORKER_MAX_REPLICAS,
     WORKER_TERMINATION_SECONDS,
     Obj,
@@ -107,30 +106,5 @@ def trigger_authentication() -> Obj:
             "secretTargetRef": [
                 {"parameter": "connection", "name": "dataplane-queue-db", "key": "url"}
             ]
-        },
-    }
-
-
-def worker_network_policy() -> Obj:
-    """Workers: ingress only to the metrics port (probes, scrapes); egress only to DNS,
-    Postgres (the queue and client DBs: narrow ``to`` to their addresses in an
-    overlay, as deploy/kubernetes/overlays/example does) and capcom."""
-    dns = [{"protocol": proto, "port": 53} for proto in ("UDP", "TCP")]
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(f"{NAME}-worker", "worker"),
-        "spec": {
-            "podSelector": {"matchLabels": labels("worker")},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}],
-            "egress": [
-                {"ports": dns},
-                {"ports": [{"protocol": "TCP", "port": POSTGRES_PORT}]},
-                {
-                    "to": [{"podSelector": {"matchLabels": labels("capcom")}}],
-                    "ports": [{"protocol": "TCP", "port": CAPCOM_PORT}],
-                },
-            ],
         },
     }

@@ -148,8 +148,36 @@ def test_the_overlay_narrows_and_repoints() -> None:
         for c in o["spec"]["template"]["spec"]["containers"]
     }
     assert images == {"registry.example.org/team/dataplane-lms:0.1.0"}
-    policy = next(o for o in objs if o["kind"] == "NetworkPolicy")
-    assert [t["ipBlock"]["cidr"] for t in policy["spec"]["egress"][1]["to"]] == [
-        "10.20.0.10/32",
-        "10.20.0.11/32",
-    ]
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    cidrs = {
+        name: [t["ipBlock"]["cidr"] for t in policy["spec"]["egress"][1]["to"]]
+        for name, policy in policies.items()
+    }
+    assert cidrs == {
+        "dataplane-bff": ["10.20.0.10/32"],
+        "dataplane-capcom": ["10.20.0.10/32"],
+        "dataplane-worker": ["10.20.0.10/32", "10.20.0.11/32"],
+    }
+
+
+@pytest.mark.parametrize("name", ["base", "overlay"])
+def test_every_component_is_fenced_in_and_out(name: str) -> None:
+    """A policy per component; every ingress rule names who may come in, every egress
+    rule but DNS where it may go: no "any pod may reach the worker's metrics port", no
+    "any destination on 5432"."""
+    objs = build(name)
+    policies = {
+        o["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: o["spec"]
+        for o in objs
+        if o["kind"] == "NetworkPolicy"
+    }
+    assert set(policies) == {"bff", "worker", "capcom"}
+    for component, spec in policies.items():
+        assert spec["policyTypes"] == ["Ingress", "Egress"], component
+        assert spec["ingress"] and all(rule.get("from") for rule in spec["ingress"]), component
+        for rule in spec["egress"]:
+            ports = {p["port"] for p in rule["ports"]}
+            assert ports == {53} or rule.get("to"), (component, rule)
+    monitoring = {"kubernetes.io/metadata.name": "monitoring"}
+    worker_from = policies["worker"]["ingress"][0]["from"]
+    assert worker_from == [{"namespaceSelector": {"matchLabels": monitoring}}]
