@@ -154,4 +154,10 @@ def test_the_bff_drains_past_the_sse_deadline() -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert bff["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     kinds = {o["kind"] for o in objs if o["metadata"]["name"] == "dataplane-bff"}
-    assert kinds == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+    assert kinds == {
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+    }
