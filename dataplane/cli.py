@@ -15,7 +15,7 @@ import trio
 from dataplane.compat import install_process
 from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, with_params
 from dataplane.deploy import command as deploy_command
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
 from dataplane.queue.migrations import migrate
@@ -190,7 +190,8 @@ async def _cmd_demo_db(args: argparse.Namespace) -> int:
             ro_password=args.ro_password,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
-    print(ro_dsn)
+    # The caller chose the password: the DSN goes to stdout (a container's log) without it.
+    print(with_params(ro_dsn, password="***"))
     return 0
 
 
@@ -315,7 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--admin-dsn", required=True, help="a superuser DSN on the target server")
     demo.add_argument("--name", default="dataplane_demo", help="database name")
-    demo.add_argument("--ro-password", default="dataplane_ro", help="password of dataplane_ro")
+    demo.add_argument(
+        "--ro-password", default="dataplane_ro", help="password of dataplane_ro (not printed)"
+    )
 
     tok = sub.add_parser("token", help="mint a JWT with DATAPLANE_JWT_SECRET (development, tests)")
     tok.add_argument("--client", required=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "deploy" / "podman" / "containers.conf"
@@ -49,6 +50,10 @@ def compose(
     )
 
 
+def _env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if line)
+
+
 def secrets(where: Path) -> Path:
     subprocess.run([str(ROOT / "deploy/compose/init-secrets"), str(where)], check=True)
     return where
@@ -60,10 +65,24 @@ def test_compose_config_is_accepted_with_every_service_and_no_credential(tmp_pat
     assert f"image: localhost/dataplane-lms:{VERSION}" in rendered
     for service in SERVICES:
         assert f"\n  {service}:\n" in rendered, service
-    # Secrets are files and an env file in DATAPLANE_SECRETS, never in the compose file.
-    assert str(tmp_path / "plane.env") in rendered
+    # Secrets are files and env files in DATAPLANE_SECRETS, never in the compose file;
+    # each kind of container reads only its own env file.
+    services = yaml.safe_load(rendered)["services"]
+    env_files = {name: services[name].get("env_file") for name in SERVICES}
+    for name, files in env_files.items():
+        files = files if isinstance(files, list) else [files]
+        kind = "worker" if name.startswith("worker-") else name.rstrip("12")
+        kind = {"migrate": "admin", "demo-db": "admin"}.get(kind, kind)
+        if kind in ("admin", "bff", "worker", "capcom"):
+            assert [str(Path(f)) for f in files] == [str(tmp_path / f"{kind}.env")], (name, files)
+    env_of = {k: _env_file(tmp_path / f"{k}.env") for k in ("admin", "bff", "worker", "capcom")}
+    # A worker runs surface code: it cannot mint tokens or stream URLs; capcom reads no
+    # client DB; only the BFF holds the JWT secret.
+    assert not {"DATAPLANE_JWT_SECRET", "DATAPLANE_STREAM_SECRET"} & set(env_of["worker"])
+    assert not {"DATAPLANE_JWT_SECRET", "CLIENT_DB_URL"} & set(env_of["capcom"])
+    assert [k for k, e in env_of.items() if "DATAPLANE_JWT_SECRET" in e] == ["bff"]
     values = [(tmp_path / name).read_text().strip() for name in ("pg_password", "metrics_token")]
-    values += [line.partition("=")[2] for line in (tmp_path / "plane.env").read_text().splitlines()]
+    values += [v for e in env_of.values() for v in e.values()]
     for value in (v for v in values if len(v) >= 32):
         assert value not in rendered
     # Images can be replaced from the environment (a registry's instead of local builds).
@@ -127,8 +146,7 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
             env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert waited.stdout.strip() == "0", (waited, logs(env, "migrate"))
-        plane_env = Path(env["DATAPLANE_SECRETS"], "plane.env").read_text().splitlines()
-        secret = dict(line.split("=", 1) for line in plane_env)["DATAPLANE_JWT_SECRET"]
+        secret = _env_file(Path(env["DATAPLANE_SECRETS"], "bff.env"))["DATAPLANE_JWT_SECRET"]
         from dataplane.bff.auth.verifier import mint_token
 
         jwt = mint_token(secret, client="acme", sub="1", staff=True, branches=["*"], ttl=600)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +139,23 @@ async def test_migrate_warns_while_the_queue_db_is_open_to_public(
     caplog.clear()
     await migrate(db)
     assert "open to PUBLIC" not in caplog.text
+
+
+def test_demo_db_does_not_print_the_password_it_was_given(demo_db: tuple[str, str]) -> None:
+    """compose's demo-db container logs what the command prints: the read-only DSN goes
+    there without its password (the caller chose it)."""
+    admin_dsn, ro_dsn = demo_db
+    password = conninfo_to_dict(ro_dsn)["password"]
+    name = conninfo_to_dict(admin_dsn)["dbname"]
+    admin = make_conninfo(admin_dsn, dbname="postgres")
+    args = ["demo-db", "--admin-dsn", admin, "--name", name, "--ro-password", password]
+    done = subprocess.run(
+        [sys.executable, "-m", "dataplane", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    printed = conninfo_to_dict(done.stdout.strip())
+    assert printed["password"] == "***" and printed["dbname"] == name
+    assert f"password={password}" not in done.stderr
