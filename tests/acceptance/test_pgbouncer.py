@@ -50,7 +50,8 @@ class PgBouncer:
             entry = pwd.getpwnam(SYSTEM_USER)  # created by the embedded Postgres
             ids = (entry.pw_uid, entry.pw_gid)
         user = server.get("user", "postgres")
-        (self.dir / "users.txt").write_text(f'"{user}" ""\n')
+        # The server asks for the password (scram-sha-256): PgBouncer logs in with it.
+        (self.dir / "users.txt").write_text(f'"{user}" "{server.get("password", "")}"\n')
         (self.dir / "pgbouncer.ini").write_text(
             "\n".join(
                 [
