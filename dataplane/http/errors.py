@@ -21,6 +21,8 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from dataplane.http.paths import needless_escape
+
 log = logging.getLogger(__name__)
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -127,6 +129,17 @@ def install_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
     app.url_map.merge_slashes = False
     for rule in app.url_map.iter_rules():
         rule.merge_slashes = False
+
+    async def refuse_needless_escapes() -> None:
+        escape = needless_escape(request.scope.get("raw_path") or b"")
+        if escape is not None:
+            raise ApiError(
+                400,
+                f"the path percent-encodes {escape}: letters, digits, '-._~' and '/' are"
+                " sent as themselves, never encoded",
+            )
+
+    app.before_request(refuse_needless_escapes)
     app.register_error_handler(ApiError, api_error)
     app.register_error_handler(HTTPException, http_error)
     app.after_request(close_if_body_unread)

@@ -165,4 +165,6 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
             assert time.monotonic() < deadline, (final, logs(env, "worker-probe"))
         assert final["result"] == {"echo": "through the proxy", "client": "acme"}
         assert http.get("/metrics").status_code == 404  # the proxy does not serve /metrics
+        for encoded in ("/%6detrics", "/%2fmetrics"):  # nor past its rule, encoded
+            assert http.get(encoded).status_code == 400, encoded
     print(f"compose up -d to /readyz through the proxy: {ready:.1f} s")
