@@ -51,6 +51,19 @@ SHUTDOWN_GRACE = 5.0  # seconds requests in flight may take after SIGTERM, then 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+_stopping: trio.Event | None = None
+
+
+def stopping() -> trio.Event:
+    """Set when this process's server got its stop signal (SIGTERM, SIGINT) and the
+    shutdown grace began: a request that waits for something (``Prefer: wait``)
+    answers now instead of being cut at the grace's end."""
+    global _stopping
+    if _stopping is None:
+        _stopping = trio.Event()
+    return _stopping
+
+
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
     """How ``dataplane bff`` and ``dataplane capcom`` serve (their flags override it)."""
@@ -90,6 +103,7 @@ async def serve_app(
                     signal.Signals(signum).name,
                     shutdown_grace_seconds,
                 )
+                stopping().set()
                 return
 
         await hypercorn.trio.serve(app, config, shutdown_trigger=wait_for_stop)

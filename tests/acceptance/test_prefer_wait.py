@@ -6,7 +6,9 @@ statistics can be read) and real ``dataplane worker`` processes.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,11 +17,12 @@ import trio
 
 from dataplane.bff.config import MAX_PREFER_WAIT_SECONDS
 from dataplane.bff.plane import Plane
+from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
 from tests.conftest import wait_until
-from tests.helpers import bearer, read_sse, token
+from tests.helpers import BffProcess, bearer, read_sse, token
 
 STAFF = token(staff=True, sub="boss")
 QUEUED_KEYS = {"jobId", "streamUrl", "pollUrl", "coalesced"}
@@ -250,3 +253,41 @@ async def test_openapi_documents_prefer_and_the_200(bff: Bff) -> None:
     assert ok["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Answer"}
     assert {"Preference-Applied", "Vary", "Content-Location"} <= set(ok["headers"])
     assert "Preference-Applied" in post_op["responses"]["202"]["headers"]
+
+
+async def test_sigterm_answers_a_waiting_post_202_with_its_urls(
+    bff_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A POST waiting (``Prefer: wait=30``, no worker) when a real ``dataplane bff`` gets
+    SIGTERM with a 3 s grace: it used to be cut at the grace's end with no response
+    although its job was enqueued; now it answers 202 with its URLs at once."""
+    env = {
+        **bff_env,
+        "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "3",
+        "DATAPLANE_MAX_PREFER_WAIT_SECONDS": "30",
+    }
+    log = str(tmp_path / "bff.log")
+    proc = BffProcess(env, log, port=free_port(), command=("-m", "dataplane", "bff"))
+    got: list[httpx.Response] = []
+    answered = trio.Event()
+    try:
+        await proc.wait_ready()
+        async with httpx.AsyncClient(base_url=proc.base, timeout=30) as http:
+
+            async def ask() -> None:
+                got.append(await post(http, "sleep", {"ms": 1}, "wait=30"))
+                answered.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask)
+                await trio.sleep(1.0)  # the POST is enqueued and waits on the pump
+                assert not got, proc.output()[-3000:]
+                proc.proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(2.5):  # well before the grace ends
+                    await answered.wait()
+        (resp,) = got
+        assert resp.status_code == 202, resp.text
+        assert QUEUED_KEYS <= set(resp.json()) and resp.headers["Location"]
+        assert proc.proc.wait(20) == 0, proc.output()
+    finally:
+        proc.stop()

@@ -16,7 +16,9 @@ for the answer. The POST then waits on the reply pump exactly as a stream does:
   The HTTP status says the request was carried out; the job's outcome is in the body,
   as in the poll's ``200``. ``Content-Location`` names the poll URL (this body is that
   resource's representation);
-* not in time: the usual ``202`` (the job runs on; stream or poll it);
+* not in time: the usual ``202`` (the job runs on; stream or poll it); likewise at
+  once when the server's shutdown grace begins (SIGTERM), so a waiting POST gets its
+  URLs before its connection closes;
 * the client goes away while waiting: the request is cancelled and its waiter
   discarded in ``finally``; nothing else is touched.
 
@@ -46,6 +48,7 @@ from dataplane.bff.plane import Plane
 from dataplane.bff.reply.pump import Heard, ReplyPump
 from dataplane.core.errors import DatabaseError
 from dataplane.http import json_response
+from dataplane.http.serve import stopping
 from dataplane.queue import JobRow, QueueClient
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,7 @@ async def wait_finished(
     seconds: float,
     *,
     heard_before: Heard | None = None,
+    stop: trio.Event | None = None,
 ) -> JobRow | None:
     """The job's finished row if it finishes within ``seconds``, else None.
 
@@ -99,7 +103,10 @@ async def wait_finished(
     then the waiter alone hears the finish), nor when the notify that went by carried
     the answer (:meth:`ReplyPump.answered`; the caller enqueued the job: it is its
     owner). The waiter is discarded however this ends (an answer, the time up, or the
-    request cancelled by a client that went away)."""
+    request cancelled by a client that went away). ``stop`` set (the server's shutdown
+    grace began: :func:`~dataplane.http.serve.stopping`) ends the wait at once: the
+    caller answers 202 with the job's URLs rather than be cut at the grace's end."""
+    stop = stop if stop is not None else trio.Event()
     waiter = pump.add(job_id)
     try:
         if heard_before is None or pump.may_have_missed(job_id, heard_before):
@@ -114,10 +121,19 @@ async def wait_finished(
             if rows:
                 return rows[0]
         with trio.move_on_after(seconds):
-            return await waiter.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on, stop, nursery.cancel_scope)
+                row = await waiter.wait()
+                nursery.cancel_scope.cancel()
+                return row
         return None
     finally:
         pump.discard(waiter)
+
+
+async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def respond(
@@ -133,7 +149,9 @@ async def respond(
     wait = min(prefer.wait or 0, p.config.max_prefer_wait_seconds)
     if wait > 0:
         applied.append(f"wait={wait}")
-        row = await wait_finished(p.pump, p.queue, job_id, wait, heard_before=heard)
+        row = await wait_finished(
+            p.pump, p.queue, job_id, wait, heard_before=heard, stop=stopping()
+        )
         if row is not None:
             resp = json_response(answer(p, row, grant), 200)
             resp.headers["Content-Location"] = queued.headers["Location"]
