@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 from opentelemetry import metrics as otel_metrics
@@ -23,7 +24,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
 from dataplane.bff.plane import Plane
-from dataplane.queue import QueueClient
+from dataplane.queue import QueueClient, done_channel
 from telemetry import metrics
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
@@ -176,3 +177,30 @@ async def test_end_to_end_is_seconds_by_queue_type_and_outcome_either_way(
     }
     assert point.count == 2
     assert 0 < point.sum <= elapsed  # seconds (milliseconds would exceed the wall time)
+
+
+async def test_a_note_re_sent_after_its_row_was_deleted_is_not_served(
+    bff: Bff, queue: QueueClient, queue_dsn: str
+) -> None:
+    """Anyone who may connect hears a sealed done note and may send it again: after the
+    row's deletion (the token poll says 404), the same note re-sent must not revive the
+    answer from the pump's memory."""
+    channel = done_channel(TYPE)
+    with psycopg.connect(queue_dsn, autocommit=True) as spy:
+        spy.execute(f'LISTEN "{channel}"')
+        body = await finished_and_heard(bff, queue, "kept")
+        captured = next(spy.notifies(timeout=5))
+        assert captured.payload.startswith(body["jobId"] + " ")  # it carries the answer
+        assert (await bff.http.get(body["pollUrl"])).status_code == 200
+        spy.execute("DELETE FROM maestro_queues WHERE id = %s", (body["jobId"],))
+        await wait_until(lambda: _poll_status(bff, body["pollUrl"], 404), within=10)
+        heard = bff.plane.pump.statistics().notifies
+        spy.execute("SELECT pg_notify(%s, %s)", (channel, captured.payload))
+        await wait_until(lambda: bff.plane.pump.statistics().notifies > heard, within=10)
+    assert (await bff.http.get(body["pollUrl"])).status_code == 404
+    status, _, events = await read_sse(bff.http, body["streamUrl"])
+    assert not (status == 200 and [e.name for e in events] == ["done"])
+
+
+async def _poll_status(bff: Bff, url: str, status: int) -> bool:
+    return (await bff.http.get(url)).status_code == status

@@ -27,7 +27,7 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dataplane.queue import JobRow
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 RECENT_NOTIFIES = 4096  # notifies remembered, with the answers they carried
 ANSWER_MAX_AGE = 60.0  # seconds after its completion a remembered answer is served
+CLOCK_MARGIN = 2.0  # seconds the clocks of workers and BFFs may disagree (a deletion wins)
 
 
 class RecentNotifies:
@@ -51,6 +52,10 @@ class RecentNotifies:
         self._max = max(1, capacity)
         self._forgotten = 0  # the number of the newest notify dropped from _recent
         self._deleted_at = 0  # the number of the last notify heard before a deletion
+        # Answers completed before this (a deletion's time, plus a margin for the
+        # clocks of workers and BFFs) are never served from memory again: a note sealed
+        # before the deletion and re-sent after it (anyone may NOTIFY) must not revive it.
+        self._deleted_before: datetime | None = None
 
     def remember(self, number: int, job_id: uuid.UUID, carried: str | None) -> None:
         """Notify ``number`` (counted by the pump) named ``job_id`` and carried this."""
@@ -62,8 +67,9 @@ class RecentNotifies:
 
     def rows_deleted(self, number: int) -> None:
         """Queue rows were deleted after notify ``number``: no answer heard until then
-        is served any more."""
+        is served any more, nor a note re-sent later of a job completed before now."""
         self._deleted_at = number
+        self._deleted_before = datetime.now(UTC) + timedelta(seconds=CLOCK_MARGIN)
 
     def missed_since(self, job_id: uuid.UUID, notifies: int) -> bool:
         """Whether one of the notifies after the ``notifies``-th may have been the done
@@ -89,6 +95,8 @@ class RecentNotifies:
         assert row.completed_at is not None
         if (datetime.now(UTC) - row.completed_at).total_seconds() > ANSWER_MAX_AGE:
             return None
+        if self._deleted_before is not None and row.completed_at <= self._deleted_before:
+            return None  # sealed before a deletion: the row may be gone (read it)
         return row
 
 
