@@ -107,3 +107,27 @@ async def test_a_role_granted_only_execute_can_count_and_public_cannot(
             queue_dsn, f"REVOKE EXECUTE ON FUNCTION maestro_queue_depth(text) FROM {scaler}"
         )
         admin_execute(pg_admin_dsn, f"DROP ROLE {scaler}", f"DROP ROLE {stranger}")
+
+
+async def test_a_callers_temp_table_does_not_shadow_the_queue(db: Database, queue_dsn: str) -> None:
+    """SECURITY DEFINER with the migrator's search_path put pg_temp first: a caller's
+    TEMP table named maestro_queues answered instead (100000). 0013 pins it, pg_temp
+    last; and every SECURITY DEFINER function of the schema is pinned so."""
+    await _insert(db, T, "pending", "-1 second", None)
+    with psycopg.connect(queue_dsn) as conn:
+        conn.execute(
+            "CREATE TEMP TABLE maestro_queues AS"
+            " SELECT %s::text AS type, 'pending'::text AS status, now() AS available_at"
+            " FROM generate_series(1, 100000)",
+            (T,),
+        )
+        assert conn.execute("SELECT maestro_queue_depth(%s)", (T,)).fetchone() == (1,)
+        definers = conn.execute(
+            "SELECT p.proname, p.proconfig FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE p.prosecdef AND n.nspname = current_schema()"
+        ).fetchall()
+    assert definers, "maestro_queue_depth is SECURITY DEFINER"
+    for name, config in definers:
+        paths = [c for c in config or [] if c.startswith("search_path=")]
+        assert paths and paths[0].endswith("pg_temp"), (name, config)
