@@ -124,6 +124,41 @@ async def test_a_worker_answers_notifies_while_an_outsider_holds_its_call(
             worker.stop()
 
 
+async def test_a_worker_waiting_for_its_call_survives_losing_the_wait(
+    queue: QueueClient, queue_dsn: str, outsider: str, pg_admin_dsn: str, tmp_path: Path
+) -> None:
+    """The wait for the on-call lock runs beside the holder check in a nursery: its
+    connection's loss reached the worker as an ExceptionGroup, which the retry did not
+    catch, and the worker exited 1 (a Postgres restart or failover ended workers)."""
+    env = {
+        "MAESTRO_QUEUES_URL": queue_dsn,
+        "SURFACE_QUEUE_TYPE": "surface-probe",
+        "DATAPLANE_PROBE": "1",
+    }
+    waiting = (
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND pid <> pg_backend_pid()"
+    )
+    with psycopg.connect(outsider, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_advisory_lock(hashtext('dataplane.session_lock'),"
+            " hashtext('oncall:surface-probe'))"
+        )
+        worker = WorkerProcess(env, str(tmp_path / "worker.log"))
+        try:
+            await worker.wait_ready()
+            with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
+                await wait_until(lambda: bool(admin.execute(waiting).fetchall()), within=10)
+                admin.execute(f"SELECT pg_terminate_backend(pid) FROM ({waiting}) AS w")
+            await wait_until(lambda: "on-call lock: " in worker.output(), within=10)
+            await trio.sleep(1)
+            assert worker.proc.poll() is None, worker.output()[-2000:]
+            enq = await submit(queue, "probe", "echo", {"value": 2})
+            await wait_until(lambda: _done(queue, enq.job_id), within=10)
+        finally:
+            worker.stop()
+
+
 async def _done(queue: QueueClient, job_id: object) -> bool:
     row = await queue.get(job_id)  # type: ignore[arg-type]
     return row is not None and row.status == "done"

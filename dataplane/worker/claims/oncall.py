@@ -199,11 +199,19 @@ class OnCall:
     async def _take_over(self) -> None:
         self.degraded = False
         await self._follow()  # another worker is on call: its notifies, not ours
+        failed: DatabaseError | None = None
         async with trio.open_nursery() as nursery:
             if self.outsider is not None:
                 nursery.start_soon(self._watch_holder)
-            await self.lock.acquire()  # waits while another worker is on call
+            try:
+                await self.lock.acquire()  # waits while another worker is on call
+            except DatabaseError as exc:
+                # Raised out of the nursery it would reach run() as an ExceptionGroup,
+                # which its ``except DatabaseError`` does not catch: the worker died.
+                failed = exc
             nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
         if self.outsider_seen is not None:
             log.warning("on-call lock: taken back from %r", self.outsider_seen)
             self.outsider_seen = None
@@ -239,7 +247,10 @@ class OnCall:
                 log.warning("on-call lock: %r let go", self.outsider_seen)
             self.outsider_seen = role
             self.degraded = role is not None
-            await self._follow()
+            try:
+                await self._follow()
+            except DatabaseError as exc:  # the listener retries; so do we
+                log.debug("on-call lock: cannot follow the holder check: %s", exc)
 
     def _new_turn(self) -> trio.CancelScope:
         self._turn = trio.CancelScope()
