@@ -14,7 +14,7 @@ This module is the public API a team writes its own surfaces with (see the READM
 Everything else in the package is the plane's own.
 """
 
-from dataplane.core.errors import HttpError
+from dataplane.core.errors import ConfigError, HttpError
 from dataplane.db.sql import NamedQueries
 from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import (
@@ -36,6 +36,7 @@ __all__ = [
     "STAFF_ONLY",
     "Auth",
     "BlobResult",
+    "ConfigError",
     "Gate",
     "HttpError",
     "NamedQueries",

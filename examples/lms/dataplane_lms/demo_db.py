@@ -12,7 +12,6 @@ from typing import Any
 
 from psycopg import sql as pgsql
 
-from dataplane.core.errors import ConfigError
 from dataplane.db import DatabaseConfig, ensure_database, open_database, with_params
 from dataplane_lms.sql import SQL_DIR, q
 
@@ -50,6 +49,11 @@ async def create_demo_db(
         else:
             files = demo_files()
             if not files:
+                # Imported here, where it is raised: a release whose public API lacks
+                # it (before 0.1.0's reshape) still loads this package (rolling upgrades
+                # run two releases beside one install of it).
+                from dataplane import ConfigError
+
                 raise ConfigError("no sql/client_demo/*.sql files found")
             for i, path in enumerate(files, 1):
                 started = time.monotonic()
