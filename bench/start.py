@@ -104,7 +104,10 @@ def roles(dsn: str) -> dict[str, tuple[dict[str, str], list[str], str | None]]:
     from psycopg.conninfo import make_conninfo
 
     bff, worker, capcom = free_port(), free_port(), free_port()
-    queue = {"MAESTRO_QUEUES_URL": make_conninfo(dsn, host="127.0.0.1")}  # TCP, not the socket
+    queue = {
+        "MAESTRO_QUEUES_URL": make_conninfo(dsn, host="127.0.0.1"),  # TCP, not the socket
+        "DATAPLANE_ALLOW_OWNER": "1",  # the scratch server's superuser (startup timing only)
+    }
     return {
         "migrate": (queue, ["migrate"], None),
         "bff": (

@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict
 from typing import Any
 
 import trio
@@ -18,6 +19,7 @@ from dataplane.core.settings import from_env
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, with_params
 from dataplane.deploy import command as deploy_command
 from dataplane.queue import STATUSES, QueueClient, QueueConfig
+from dataplane.queue import roles as roles_command
 from dataplane.queue.migrations import migrate
 from telemetry.logs import configure_logging
 
@@ -56,7 +58,7 @@ async def _cmd_jobs(args: argparse.Namespace) -> int:
             if job is None:
                 print(f"no job {args.job_id}", file=sys.stderr)
                 return 1
-            print(json.dumps(_job_json(job), indent=2, default=str))
+            print(json.dumps(asdict(job), indent=2, default=str))
             return 0
         jobs = await client.list_jobs(status=args.status, queue_type=args.type, limit=args.limit)
         print(f"{'id':36}  {'type':24}  {'status':11}  {'tries':>5}  created / last error")
@@ -244,13 +246,6 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp)
 
 
-def _job_json(job: object) -> dict[str, object]:
-    from dataclasses import asdict, is_dataclass
-
-    assert is_dataclass(job) and not isinstance(job, type)
-    return asdict(job)
-
-
 def _add_serve_parsers(sub: Any) -> None:
     for role, what, bind in (
         ("bff", "the surface BFF", "DATAPLANE_BIND, else 127.0.0.1:8000"),
@@ -341,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     deploy_command.add_parser(sub)
+    roles_command.add_parser(sub)
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
     return parser
@@ -351,6 +347,7 @@ SYNC_COMMANDS = {
     "token": _cmd_token,
     "dev": _cmd_dev,
     "deploy": deploy_command.run,
+    "roles": roles_command.run,
     "surfaces": _cmd_surfaces,
     "new-surface": _cmd_new_surface,
 }

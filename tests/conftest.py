@@ -29,6 +29,11 @@ from tests.helpers import NOTIFY_SECRET
 
 TEMPLATE = f"dataplane_template_{os.getpid()}"
 
+# The tests' processes connect as the embedded server's superuser unless a test gives
+# them a role of their own (tests/integration/test_roles.py proves the roles, and runs
+# a BFF, a worker and capcom as them without this).
+os.environ.setdefault("DATAPLANE_ALLOW_OWNER", "1")
+
 # --- Tiers -------------------------------------------------------------------------
 # `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test
 # is `slow` by where it lives, then by name:

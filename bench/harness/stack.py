@@ -78,6 +78,9 @@ def stack_env(
     }
     env.update(
         MAESTRO_QUEUES_URL=queue_dsn,
+        # A scratch server's superuser: the roles are proven by tests/integration/
+        # test_roles.py; a bench measures the same statements under any role.
+        DATAPLANE_ALLOW_OWNER="1",
         DATAPLANE_JWT_SECRET=jwt_secret,
         DATAPLANE_NOTIFY_SECRET=NOTIFY_SECRET,
         DATAPLANE_PROBE="1",

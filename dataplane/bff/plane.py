@@ -34,6 +34,7 @@ from dataplane.db.session import wait_session_pooling
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.batching import Enqueuer
 from dataplane.queue.growth import GrowthWatch
+from dataplane.queue.roles import refuse_owner
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import initialise
 from telemetry.otel import Telemetry
@@ -133,6 +134,7 @@ async def _serve_plane(
     async with open_bridge(), open_database(db_config) as db:
         try:  # LISTEN needs real sessions: behind transaction pooling, answer 503 saying so
             await wait_session_pooling(db_config)
+            await refuse_owner(db, "bff")  # never the owner's or a superuser's credential
         except ConfigError as exc:
             state.why = str(exc)
             log.error("%s; plane routes answer 503", state.why)

@@ -51,7 +51,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from dataplane.compat import install_edge, install_process
-from dataplane.core.errors import DatabaseError, DatabaseUnavailable
+from dataplane.core.errors import ConfigError, DatabaseError, DatabaseUnavailable
 from dataplane.core.settings import from_env, setting
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.http import (
@@ -63,6 +63,7 @@ from dataplane.http import (
     require_bearer,
     server_span,
 )
+from dataplane.queue.roles import refuse_owner
 from telemetry.logs import configure_logging
 from telemetry.metrics import initialise, instruments
 from telemetry.otel import Telemetry, prometheus_text, setup_telemetry
@@ -79,6 +80,7 @@ ACQUIRE_TIMEOUT = 2.0  # seconds to wait for a free connection
 CONNECT_TIMEOUT = 3.0  # seconds to open one
 INSERT_TIMEOUT = 5.0  # seconds the INSERT may take
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its ping
+ROLE_CHECK_RETRY = 2.0  # seconds between tries of the role check while the DB is down
 REQUIRE_TRIO = (
     "dataplane.capcom.app must be served under Trio: run `dataplane capcom` (or "
     "`hypercorn -k trio dataplane.capcom.app:app`; Hypercorn's asyncio worker cannot run it)"
@@ -253,9 +255,20 @@ async def _serve_db(
         application_name=SERVICE_NAME,
     )
     async with open_bridge(), open_database(config) as db:
+        task_status.started()
+        while True:  # its role first: never the owner's or a superuser's credential
+            try:
+                await refuse_owner(db, "capcom")
+                break
+            except DatabaseUnavailable as exc:
+                state.why = f"capcom: the database is unreachable ({exc})"
+                await trio.sleep(ROLE_CHECK_RETRY)
+            except ConfigError as exc:
+                state.why = str(exc)
+                log.error("%s; reports are answered 503", state.why)
+                await trio.sleep_forever()
         state.db = db
         log.info("capcom ready: storing job reports in worker_runs")
-        task_status.started()
         try:
             await trio.sleep_forever()
         finally:

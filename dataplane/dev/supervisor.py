@@ -48,6 +48,7 @@ from dataplane.db import (
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.embedded import EmbeddedPostgres, free_port
 from dataplane.queue.migrations import migrate
+from dataplane.queue.roles import ensure_login
 from dataplane.surfaces import SurfacesConfig
 from dataplane.surfaces.manifest import Surface
 
@@ -81,9 +82,10 @@ def _surfaces() -> dict[str, Surface]:
     return from_env(SurfacesConfig, probe_enabled=True).registry().surfaces
 
 
-async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | None]:
+async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, dict[str, str], str | None]:
     """Queue DB migrated and, when a registered package ships one, its demo client DB
-    seeded; returns (queue DSN, read-only client DSN or None)."""
+    seeded; returns (the superuser's queue DSN, a queue DSN per kind of process, each a
+    login of that kind's role, read-only client DSN or None)."""
     assert callable(say)
     builders = from_env(SurfacesConfig, probe_enabled=True).registry().demo_db_builders()
     admin = server.dsn()
@@ -92,9 +94,14 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | No
             await ensure_database(db, QUEUE_DB)
         queue_dsn = with_params(admin, dbname=QUEUE_DB)
         async with open_database(DatabaseConfig(queue_dsn, pool_size=1)) as db:
-            applied = await migrate(db)
-            # Dev's processes connect as the superuser; nobody else may connect.
-            await close_to_public(db)
+            applied = await migrate(db)  # and the roles' grants (sql/roles.sql)
+            await close_to_public(db)  # only the plane's roles (and the superuser) connect
+            logins = {}
+            for process in ("bff", "worker", "capcom"):  # a new password each run
+                password = secrets.token_urlsafe(24)
+                await ensure_login(db, f"dataplane_dev_{process}", process, password)
+                user = f"dataplane_dev_{process}"
+                logins[process] = with_params(queue_dsn, user=user, password=password)
             say(f"queue DB ready ({len(applied)} migration(s) applied)")
         ro_dsn = None
         for package, build in builders[:1]:
@@ -105,19 +112,18 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, str | No
                 "no installed surface package ships a demo client DB; serving what needs "
                 "none (for the demo LMS: pip install -e examples/lms)"
             )
-    return queue_dsn, ro_dsn
+    return queue_dsn, logins, ro_dsn
 
 
 def _children(
     port: int,
-    queue_dsn: str,
+    logins: dict[str, str],
     ro_dsn: str | None,
     secret: str,
     capcom_port: int | None,
     otlp: str | None = None,
 ) -> list[Child]:
     common = {
-        "MAESTRO_QUEUES_URL": queue_dsn,
         "DATAPLANE_JWT_SECRET": secret,
         "DATAPLANE_PROBE": "1",
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS": "2",
@@ -136,10 +142,12 @@ def _children(
     # `dataplane bff`/`capcom`: Hypercorn in the process itself (a crash is a non-zero
     # exit, which Hypercorn's CLI parent would report as 0), keep-alive 75 s, and the
     # shutdown grace of DATAPLANE_SHUTDOWN_GRACE_SECONDS, within CHILD_STOP_GRACE.
-    children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", f"127.0.0.1:{port}"], common)]
+    bff = {**common, "MAESTRO_QUEUES_URL": logins["bff"]}  # each its own role (sql/roles.sql)
+    children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", f"127.0.0.1:{port}"], bff)]
     for surface in _surfaces().values():
         env = {
             **common,
+            "MAESTRO_QUEUES_URL": logins["worker"],
             "SURFACE_QUEUE_TYPE": surface.queue_type().name,
             "DATAPLANE_METRICS_PORT": str(free_port()),  # one port per worker
         }
@@ -156,7 +164,7 @@ def _children(
             Child(
                 "capcom",
                 [py, "-m", "dataplane", "capcom", "--bind", f"127.0.0.1:{capcom_port}"],
-                common,
+                {**common, "MAESTRO_QUEUES_URL": logins["capcom"]},
             )
         )
     return children
@@ -195,10 +203,10 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
     def say(line: str) -> None:
         print(f"dataplane dev: {line}", file=sys.stderr, flush=True)
 
-    queue_dsn, ro_dsn = await _prepare(server, say)
+    queue_dsn, logins, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
     capcom_port = free_port() if importlib.util.find_spec("dataplane.capcom.app") else None
-    children = _children(port, queue_dsn, ro_dsn, secret, capcom_port, otlp)
+    children = _children(port, logins, ro_dsn, secret, capcom_port, otlp)
     metrics = metrics_urls(children, port, capcom_port)
     width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"

@@ -4,6 +4,7 @@ Each file is applied once, in its own transaction together with its record in
 ``dataplane_migrations``; a session-level advisory lock serialises migrators, so
 running twice, or from two processes at once, leaves one correct schema. A file
 whose text changed after it was applied is an error (its checksum is recorded).
+After them, every run applies ``sql/roles.sql`` (:mod:`dataplane.queue.roles`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, LiteralString
 from dataplane.core.errors import ConfigError, DatabaseError
 from dataplane.db import Connection, Database, q
 from dataplane.db.sql import sql_root
+from dataplane.queue.roles import apply_roles
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +49,15 @@ def available(directory: Path | None = None) -> list[Migration]:
 
 
 async def migrate(db: Database, directory: Path | None = None) -> list[str]:
-    """Apply every pending migration; return the versions applied by this call."""
+    """Apply every pending migration, then (for the release's own migrations) the
+    roles' grants (:func:`~dataplane.queue.roles.apply_roles`); return the versions
+    applied by this call."""
     migrations = available(directory)
     applied: list[str] = await db.run(_apply, migrations, call_timeout=MIGRATE_TIMEOUT)
     for version in applied:
         log.info("migration applied: %s", version)
+    if directory is None:  # the release's schema: its roles' grants (sql/roles.sql)
+        await apply_roles(db)
     await warn_if_open_to_public(db)
     return applied
 

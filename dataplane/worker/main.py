@@ -3,8 +3,9 @@
 Refuses to boot — non-zero exit, one line saying why — when the queue DB or
 the queue type is not configured, the surface is unknown, the surface needs a
 client DB and ``CLIENT_DB_URL`` is unset, that credential can write or its sessions
-cannot be pinned (:mod:`dataplane.worker.readonly`), or the queue DB is reached
-through transaction pooling (LISTEN would never hear a notify).
+cannot be pinned (:mod:`dataplane.worker.readonly`), the queue DB is reached
+through transaction pooling (LISTEN would never hear a notify), or its role is a
+superuser or the schema's owner (:func:`~dataplane.queue.roles.refuse_owner`).
 SIGTERM/SIGINT stop it gracefully (exit 0); a second signal skips the grace.
 """
 
@@ -22,6 +23,7 @@ from dataplane.core.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, 
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
 from dataplane.queue import QueueClient, QueueType
+from dataplane.queue.roles import refuse_owner
 from dataplane.queue.types import SUFFIXES
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
@@ -81,6 +83,7 @@ async def _serve_worker(
         queue_db = await stack.enter_async_context(open_database(queue_cfg))
         await _wait_reachable(queue_db)
         await require_session_pooling(queue_cfg)  # LISTEN works: no transaction pooling
+        await refuse_owner(queue_db, "worker")  # surface code never holds the owner's keys
         client_db = None
         if surface.needs_client_db:
             assert config.client_db_url is not None

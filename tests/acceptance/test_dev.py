@@ -42,6 +42,7 @@ async def test_dev_answers_a_real_query_and_sigint_leaves_nothing(tmp_path: Path
         text = output.read_text()
         assert proc.poll() is None, text
         assert "Running:" in text and "worker-users" in text and "worker-probe" in text
+        # No DATAPLANE_ALLOW_OWNER in env: every process serves as a login of its role.
         token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         descendants = psutil.Process(proc.pid).children(recursive=True)
         assert len(descendants) >= 6  # the BFF and a worker per surface

@@ -1,0 +1,83 @@
+-- The plane's roles: one NOLOGIN group role per kind of process, with exactly the
+-- privileges that process's statements need (docs/design.md, "Roles"). A login role
+-- joins one of them (GRANT dataplane_worker TO worker_login); none of them owns an
+-- object: the role that runs `dataplane migrate` owns the schema, and runtime
+-- processes refuse to run as it or as a superuser (dataplane/queue/roles.py).
+--
+-- `dataplane migrate` applies this file after the migrations, every time (so it is
+-- idempotent, and a release that adds a table adds its grants here). It creates the
+-- group roles when the migrating role may (CREATEROLE); otherwise a DBA runs this file
+-- once as a role that may, printed by `dataplane roles`. Privileges are revoked first
+-- and granted again, so a grant removed here is removed from the database too.
+
+DO $roles$
+DECLARE
+    r text;
+    tables text := 'maestro_queues, surface_result_blobs, worker_runs, dataplane_elections,'
+                   ' dataplane_migrations';
+    everyone text := 'dataplane_bff, dataplane_worker, dataplane_capcom, dataplane_scaler,'
+                     ' dataplane_viewer';
+BEGIN
+    FOREACH r IN ARRAY ARRAY['dataplane_bff', 'dataplane_worker', 'dataplane_capcom',
+                             'dataplane_scaler', 'dataplane_viewer'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
+            BEGIN  -- roles are the cluster's: another database's migrator may race us
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
+        END IF;
+    END LOOP;
+
+    -- Nothing for anyone but the owner, then each role's own.
+    EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, %s', tables, everyone);
+    EXECUTE format('REVOKE ALL ON SEQUENCE worker_runs_id_seq FROM PUBLIC, %s', everyone);
+    EXECUTE format('REVOKE ALL ON FUNCTION maestro_claim(text, text, integer, double precision)'
+                   ' FROM PUBLIC, %s', everyone);
+    EXECUTE format('REVOKE ALL ON FUNCTION maestro_queue_depth(text) FROM PUBLIC, %s', everyone);
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO %s', current_database(), everyone);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %s', current_schema(), everyone);
+
+    -- BFF: enqueue and attach (insert, one more requester), withdraw, read a job, its
+    -- blob and the schema's version; the growth watch's ANALYZE (MAINTAIN, Postgres 17+;
+    -- before 17 a non-owner's ANALYZE is skipped with a warning, autovacuum does it).
+    GRANT SELECT, INSERT ON maestro_queues TO dataplane_bff;
+    GRANT UPDATE (requesters, withdrawn, status, completed_at) ON maestro_queues
+        TO dataplane_bff;
+    GRANT SELECT ON surface_result_blobs, dataplane_migrations TO dataplane_bff;
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_bff';
+    END IF;
+
+    -- Worker: claim (the function runs as its caller), renew, complete, fail, release;
+    -- store blobs; maintenance (poison lapsed rows, delete old rows and expired blobs)
+    -- and the elections that pick its leader; the queue sampler's read. No INSERT into
+    -- the queue (a worker cannot enqueue), no requester counts, nothing of worker_runs.
+    GRANT SELECT, DELETE ON maestro_queues TO dataplane_worker;
+    GRANT UPDATE (status, result, last_error, locked_by, lease_expires_at, available_at,
+                  dequeue_count, claimed_at, completed_at) ON maestro_queues
+        TO dataplane_worker;
+    GRANT SELECT, INSERT, DELETE ON surface_result_blobs TO dataplane_worker;
+    GRANT SELECT, INSERT, UPDATE ON dataplane_elections TO dataplane_worker;
+    GRANT SELECT ON dataplane_migrations TO dataplane_worker;
+    GRANT EXECUTE ON FUNCTION maestro_claim(text, text, integer, double precision)
+        TO dataplane_worker;
+
+    -- capcom: append job reports; read nothing back.
+    GRANT INSERT ON worker_runs TO dataplane_capcom;
+    GRANT USAGE ON SEQUENCE worker_runs_id_seq TO dataplane_capcom;
+    GRANT SELECT ON dataplane_migrations TO dataplane_capcom;
+
+    -- Scaler (KEDA): the depth of a queue type, through the SECURITY DEFINER function,
+    -- and no table at all.
+    GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_scaler;
+
+    -- Wallboard: job reports, the depth, and the queue's bookkeeping columns; never an
+    -- envelope, a result, an error text or a blob (tenants' data).
+    GRANT SELECT ON worker_runs TO dataplane_viewer;
+    GRANT SELECT (id, type, status, client, requesters, dequeue_count, max_dequeues,
+                  available_at, lease_expires_at, created_at, claimed_at, completed_at)
+        ON maestro_queues TO dataplane_viewer;
+    GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_viewer;
+END
+$roles$;

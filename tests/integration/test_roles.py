@@ -1,0 +1,261 @@
+"""The plane's roles against real Postgres: each line of docs/design.md's role table.
+
+Every group role of ``sql/roles.sql`` gets a login member; each statement a process of
+that kind runs (or must never run) is tried as it, in a transaction rolled back after.
+Then a BFF, a worker and capcom run as their own logins with no escape hatch, and
+serve; and a runtime process refuses a superuser's or the owner's credential.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from dataplane.core.errors import ConfigError
+from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.dev.embedded import free_port
+from dataplane.queue import QueueClient
+from dataplane.queue.roles import GROUPS, refuse_owner
+from tests.conftest import admin_execute, wait_until
+from tests.helpers import (
+    JWT_SECRET,
+    NOTIFY_SECRET,
+    BffProcess,
+    WorkerProcess,
+    bearer,
+    capcom_process,
+    read_sse,
+    submit,
+    token,
+)
+
+JOB = "(SELECT id FROM maestro_queues LIMIT 1)"
+CLAIM = "SELECT * FROM maestro_claim('surface-probe', 'w1', 1, 30)"
+ENQUEUE = (
+    "INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)"
+    " VALUES ('surface-probe', 'k-' || gen_random_uuid(), '{}', 3, 'acme')"
+)
+REPORT = (
+    "INSERT INTO worker_runs (job_id, type, operation, outcome, wall_ms, cpu_ms, rss_bytes,"
+    " queue_wait_ms, cache, coalesced, dequeue_count, worker_id, finished_at)"
+    " VALUES (gen_random_uuid(), 't', 'op', 'done', 1, 1, 1, 1, 'miss', false, 1, 'w', now())"
+)
+ELECT = "INSERT INTO dataplane_elections (name, holder, until) VALUES ('x', 'h', now())"
+DENIED_TO_ALL = [
+    "ALTER TABLE maestro_queues ADD COLUMN extra int",
+    "TRUNCATE maestro_queues",
+    "CREATE TABLE planted (i int)",
+    "DROP FUNCTION maestro_claim(text, text, integer, double precision)",
+    "SELECT version FROM dataplane_migrations; DELETE FROM dataplane_migrations",
+]
+
+# (process, statement, allowed): the role table of docs/design.md, line by line.
+CASES: list[tuple[str, str, bool]] = [
+    ("bff", ENQUEUE, True),
+    ("bff", "SELECT id, payload, result FROM maestro_queues", True),
+    ("bff", f"UPDATE maestro_queues SET requesters = requesters + 1 WHERE id = {JOB}", True),
+    ("bff", f"UPDATE maestro_queues SET status = 'cancelled' WHERE id = {JOB}", True),
+    ("bff", "SELECT content_type FROM surface_result_blobs", True),
+    ("bff", "SELECT version FROM dataplane_migrations", True),
+    ("bff", "ANALYZE maestro_queues", True),
+    ("bff", CLAIM, False),
+    ("bff", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
+    ("bff", f"UPDATE maestro_queues SET locked_by = 'me' WHERE id = {JOB}", False),
+    ("bff", "DELETE FROM maestro_queues", False),
+    ("bff", "SELECT * FROM worker_runs", False),
+    ("bff", REPORT, False),
+    ("bff", ELECT, False),
+    ("worker", CLAIM, True),
+    (
+        "worker",
+        f"UPDATE maestro_queues SET result = '{{}}', status = 'done' WHERE id = {JOB}",
+        True,
+    ),
+    ("worker", "DELETE FROM maestro_queues WHERE status = 'done'", True),
+    ("worker", "DELETE FROM surface_result_blobs", True),
+    ("worker", ELECT, True),
+    ("worker", "UPDATE dataplane_elections SET until = now()", True),
+    ("worker", ENQUEUE, False),
+    ("worker", f"UPDATE maestro_queues SET requesters = 9 WHERE id = {JOB}", False),
+    ("worker", f"UPDATE maestro_queues SET payload = '{{}}' WHERE id = {JOB}", False),
+    ("worker", "SELECT * FROM worker_runs", False),
+    ("worker", REPORT, False),
+    ("capcom", REPORT, True),
+    ("capcom", "SELECT * FROM worker_runs", False),
+    ("capcom", "SELECT id FROM maestro_queues", False),
+    ("capcom", "SELECT job_id FROM surface_result_blobs", False),
+    ("scaler", "SELECT maestro_queue_depth('surface-probe')", True),
+    ("scaler", "SELECT id FROM maestro_queues", False),
+    ("scaler", "SELECT * FROM worker_runs", False),
+    ("scaler", "SELECT * FROM dataplane_elections", False),
+    ("scaler", CLAIM, False),
+    ("viewer", "SELECT * FROM worker_runs", True),
+    (
+        "viewer",
+        "SELECT id, type, status, client, created_at, completed_at FROM maestro_queues",
+        True,
+    ),
+    ("viewer", "SELECT maestro_queue_depth('surface-probe')", True),
+    ("viewer", "SELECT payload FROM maestro_queues", False),
+    ("viewer", "SELECT result FROM maestro_queues", False),
+    ("viewer", "SELECT last_error FROM maestro_queues", False),
+    ("viewer", "SELECT data FROM surface_result_blobs", False),
+    ("viewer", f"UPDATE maestro_queues SET status = 'done' WHERE id = {JOB}", False),
+    ("viewer", "DELETE FROM worker_runs", False),
+]
+CASES += [(process, stmt, False) for process in GROUPS for stmt in DENIED_TO_ALL]
+
+
+@pytest.fixture
+def logins(queue_dsn: str, pg_admin_dsn: str) -> Iterator[dict[str, str]]:
+    """A DSN per process kind: a LOGIN role that is a member of that kind's group only."""
+    suffix = secrets.token_hex(4)
+    dsns = {}
+    statements = []
+    for process, group in GROUPS.items():
+        name, password = f"{process}_{suffix}", secrets.token_urlsafe(16)
+        statements.append(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {group}")
+        dsns[process] = make_conninfo(queue_dsn, user=name, password=password)
+    admin_execute(pg_admin_dsn, *statements)
+    try:
+        yield dsns
+    finally:
+        names = [conninfo_to_dict(dsn)["user"] for dsn in dsns.values()]
+        listed = ", ".join(f"'{n}'" for n in names)
+        admin_execute(
+            pg_admin_dsn,
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename IN ({listed})",
+            *(f"DROP ROLE {n}" for n in names),
+        )
+
+
+async def test_each_role_may_do_what_its_process_does_and_nothing_else(
+    queue: QueueClient, logins: dict[str, str]
+) -> None:
+    await submit(queue, "probe", "echo", {"value": 1})
+    wrong = []
+    for process, statement, allowed in CASES:
+        with psycopg.connect(logins[process]) as conn:
+            try:
+                conn.execute(statement)
+                granted = True
+            except psycopg.errors.InsufficientPrivilege:
+                granted = False
+            conn.rollback()
+        if granted != allowed:
+            wrong.append(f"{process}: {statement} -> {'allowed' if granted else 'refused'}")
+    assert not wrong, "\n".join(wrong)
+
+
+async def test_a_runtime_process_refuses_a_superuser_or_the_owner(
+    db: Database,
+    queue_dsn: str,
+    pg_admin_dsn: str,
+    logins: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATAPLANE_ALLOW_OWNER", "0")
+    with pytest.raises(ConfigError, match="a superuser"):
+        await refuse_owner(db, "worker")
+    owner = f"owner_{secrets.token_hex(4)}"
+    admin_execute(pg_admin_dsn, f"CREATE ROLE {owner} LOGIN PASSWORD 'pw-{owner}'")
+    try:
+        with psycopg.connect(queue_dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE maestro_queues OWNER TO {owner}")
+        dsn = make_conninfo(queue_dsn, user=owner, password=f"pw-{owner}")
+        async with open_database(DatabaseConfig(dsn, pool_size=1), loop=db.loop) as as_owner:
+            with pytest.raises(ConfigError, match="the schema's owner"):
+                await refuse_owner(as_owner, "bff")
+        for process in ("bff", "worker", "capcom"):
+            cfg = DatabaseConfig(logins[process], pool_size=1)
+            async with open_database(cfg, loop=db.loop) as own:
+                await refuse_owner(own, process)  # its own role: no refusal
+        monkeypatch.setenv("DATAPLANE_ALLOW_OWNER", "1")
+        await refuse_owner(db, "worker")  # the development escape hatch
+    finally:
+        with psycopg.connect(queue_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE maestro_queues OWNER TO CURRENT_USER")
+        admin_execute(pg_admin_dsn, f"DROP ROLE {owner}")
+
+
+async def test_a_worker_given_the_superuser_does_not_boot(queue_dsn: str, tmp_path: Path) -> None:
+    env = {
+        "MAESTRO_QUEUES_URL": queue_dsn,
+        "SURFACE_QUEUE_TYPE": "surface-probe",
+        "DATAPLANE_PROBE": "1",
+        "DATAPLANE_ALLOW_OWNER": "0",
+    }
+    worker = WorkerProcess(env, str(tmp_path / "worker.log"))
+    try:
+        assert worker.wait(within=60) != 0
+        assert "a superuser" in worker.output() and " serving " not in worker.output()
+    finally:
+        worker.stop()
+
+
+async def test_the_fleet_serves_with_a_role_per_process(
+    db: Database, logins: dict[str, str], tmp_path: Path
+) -> None:
+    """A BFF, a worker and capcom, each as its own login and none allowed the owner's:
+    a request is answered, and capcom stores the worker's report."""
+    capcom_token = secrets.token_urlsafe(24)
+    common = {"DATAPLANE_ALLOW_OWNER": "0", "DATAPLANE_PROBE": "1"}
+    capcom = capcom_process(
+        {**common, "CAPCOM_DB_URL": logins["capcom"]}, str(tmp_path / "capcom.log"), capcom_token
+    )
+    worker = bff = None
+    try:
+        await capcom.wait_ready()
+        worker = WorkerProcess(
+            {
+                **common,
+                "MAESTRO_QUEUES_URL": logins["worker"],
+                "SURFACE_QUEUE_TYPE": "surface-probe",
+                "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
+                "CAPCOM_URL": capcom.base,
+                "CAPCOM_TOKEN": capcom_token,
+            },
+            str(tmp_path / "worker.log"),
+        )
+        bff = BffProcess(
+            {
+                **common,
+                "MAESTRO_QUEUES_URL": logins["bff"],
+                "DATAPLANE_JWT_SECRET": JWT_SECRET,
+                "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
+            },
+            str(tmp_path / "bff.log"),
+            port=free_port(),
+            command=("-m", "dataplane", "bff"),
+        )
+        await worker.wait_ready()
+        await bff.wait_ready()
+        headers = bearer(token("acme", staff=True))
+        async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
+            resp = await http.post(
+                "/api/probe/q", json={"operation": "echo", "params": {"value": 7}}, headers=headers
+            )
+            assert resp.status_code == 202, resp.text
+            status, _, events = await read_sse(http, resp.json()["streamUrl"])
+        assert status == 200 and events[-1].name == "done", events
+        assert events[-1].json["result"] == {"echo": 7, "client": "acme"}
+        reports = "SELECT count(*) AS n FROM worker_runs"
+        await wait_until(lambda: _count(db, reports), within=15)
+        for proc in (bff, worker, capcom):
+            assert "DATAPLANE_ALLOW_OWNER" not in proc.output()
+    finally:
+        for proc in (bff, worker):
+            if proc is not None:
+                proc.stop()
+        capcom.stop()
+
+
+async def _count(db: Database, statement: str) -> bool:
+    row = await db.fetchone(statement)  # type: ignore[arg-type]
+    return row is not None and int(row["n"]) > 0
