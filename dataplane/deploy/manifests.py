@@ -64,14 +64,22 @@ RESOURCES: dict[str, Obj] = {
 
 # Secret name -> keys, as the manifests reference them (a key marked optional may be absent).
 SECRETS: dict[str, dict[str, str]] = {
-    "dataplane-queue-db": {"url": "queue DB DSN (BFF, workers, capcom, migrate, KEDA)"},
+    # One queue-DB login per kind of process (docs/design.md, "Roles"): the schema's
+    # owner for the migration Job alone, each other a member of its group role only.
+    "dataplane-queue-db-owner": {"url": "queue DB DSN of the schema's owner (migration Job)"},
+    "dataplane-queue-db-bff": {"url": "queue DB DSN of a login in dataplane_bff"},
+    "dataplane-queue-db-worker": {"url": "queue DB DSN of a login in dataplane_worker"},
+    "dataplane-queue-db-capcom": {"url": "queue DB DSN of a login in dataplane_capcom"},
+    "dataplane-queue-db-scaler": {"url": "queue DB DSN of a login in dataplane_scaler (KEDA)"},
     "dataplane-client-db": {"url": "read-only client DB DSN (workers of client-DB surfaces)"},
     "dataplane-bff": {
         "jwt-secret": "optional: HS256 secret (DATAPLANE_JWT_SECRET)",
         "jwt-public-key": "optional: PEM public key (DATAPLANE_JWT_PUBLIC_KEY)",
         "stream-secret": "optional: stream/poll URL token key (DATAPLANE_STREAM_SECRET)",
-        "metrics-token": "optional: bearer token a scraper of /metrics sends",
     },
+    # Required: /metrics of the BFF, capcom and every worker answers only with it
+    # (the example overlay generates it: deploy/kubernetes/overlays/example/init-secrets).
+    "dataplane-metrics": {"token": "bearer token a scraper of /metrics sends"},
     "dataplane-shared": {
         "notify-secret": "optional: DATAPLANE_NOTIFY_SECRET (BFF and workers)",
         "capcom-token": "optional: CAPCOM_TOKEN (workers and capcom)",
@@ -166,12 +174,17 @@ def metadata(name: str, component: str, **extra: str) -> Obj:
     return {"name": name, "labels": labels(component, **extra)}
 
 
-def queue_db_env() -> Obj:
-    return from_secret("MAESTRO_QUEUES_URL", "dataplane-queue-db", "url")
+def queue_db_env(login: str) -> Obj:
+    """``MAESTRO_QUEUES_URL`` from the Secret of ``login`` (``owner``, ``bff``, ...)."""
+    return from_secret("MAESTRO_QUEUES_URL", f"dataplane-queue-db-{login}", "url")
+
+
+def metrics_token_env() -> Obj:
+    return from_secret("DATAPLANE_METRICS_TOKEN", "dataplane-metrics", "token")
 
 
 def migrate_job(image: str, version: str) -> Obj:
-    container = hardened_container("migrate", ["migrate"], [queue_db_env()], image)
+    container = hardened_container("migrate", ["migrate"], [queue_db_env("owner")], image)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -186,13 +199,12 @@ def migrate_job(image: str, version: str) -> Obj:
 
 def _bff_deployment(image: str) -> Obj:
     env = [
-        queue_db_env(),
+        queue_db_env("bff"),
         from_secret("DATAPLANE_JWT_SECRET", "dataplane-bff", "jwt-secret", optional=True),
         from_secret("DATAPLANE_JWT_PUBLIC_KEY", "dataplane-bff", "jwt-public-key", optional=True),
         from_secret("DATAPLANE_STREAM_SECRET", "dataplane-bff", "stream-secret", optional=True),
         from_secret("DATAPLANE_NOTIFY_SECRET", "dataplane-shared", "notify-secret", optional=True),
-        # /metrics is on the public port: a scraper must send this token (unset: open).
-        from_secret("DATAPLANE_METRICS_TOKEN", "dataplane-bff", "metrics-token", optional=True),
+        metrics_token_env(),  # /metrics is on the public port: a scraper sends the token
         *plain_env(
             {
                 "DATAPLANE_BIND": f"0.0.0.0:{BFF_PORT}",
@@ -275,7 +287,8 @@ def bff_objects(image: str) -> list[Obj]:
 def capcom_objects(image: str) -> list[Obj]:
     name = f"{NAME}-capcom"
     env = [
-        queue_db_env(),
+        queue_db_env("capcom"),
+        metrics_token_env(),
         from_secret("CAPCOM_TOKEN", "dataplane-shared", "capcom-token", optional=True),
         *plain_env({"CAPCOM_BIND": f"0.0.0.0:{CAPCOM_PORT}", "DATAPLANE_LOG_FORMAT": "json"}),
     ]

@@ -23,6 +23,7 @@ from dataplane.deploy.manifests import (
     http_probe,
     labels,
     metadata,
+    metrics_token_env,
     plain_env,
     pod_template,
     queue_db_env,
@@ -34,7 +35,7 @@ QUEUE_DB_AUTH = f"{NAME}-queue-db"  # the TriggerAuthentication's name
 
 
 def worker_deployment(spec: WorkerSpec, image: str) -> Obj:
-    env = [queue_db_env()]
+    env = [queue_db_env("worker"), metrics_token_env()]
     if spec.needs_client_db:
         env.append(from_secret("CLIENT_DB_URL", "dataplane-client-db", "url"))
     env += [
@@ -97,14 +98,15 @@ def scaled_object(spec: WorkerSpec) -> Obj:
 
 
 def trigger_authentication() -> Obj:
-    """The scaler's connection: the queue DB DSN from its Secret, never inlined."""
+    """The scaler's connection: its own login's DSN (a member of ``dataplane_scaler``,
+    which may EXECUTE the depth function and read no table) from its Secret."""
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "TriggerAuthentication",
         "metadata": metadata(QUEUE_DB_AUTH, "worker"),
         "spec": {
             "secretTargetRef": [
-                {"parameter": "connection", "name": "dataplane-queue-db", "key": "url"}
+                {"parameter": "connection", "name": "dataplane-queue-db-scaler", "key": "url"}
             ]
         },
     }

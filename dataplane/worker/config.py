@@ -111,3 +111,5 @@ class WorkerProcessConfig:
     # The address the health/metrics endpoint binds: loopback outside a container,
     # 0.0.0.0 in one (the kubelet probes the pod's IP).
     metrics_host: str = setting("DATAPLANE_METRICS_HOST", "127.0.0.1")
+    # The bearer token a scraper of /metrics sends (unset: /metrics is open).
+    metrics_token: str | None = setting("DATAPLANE_METRICS_TOKEN", None)

@@ -9,7 +9,9 @@
   the read-only proof among them) and the queue DB answers a ping within
   :data:`PING_TIMEOUT`; 503 with a JSON ``reason`` while booting, stopping or
   while the queue DB does not answer.
-* ``GET /metrics``: the Prometheus text (with ``DATAPLANE_METRICS=1``; 404 without).
+* ``GET /metrics``: the Prometheus text (with ``DATAPLANE_METRICS=1``; 404 without),
+  given ``Authorization: Bearer <DATAPLANE_METRICS_TOKEN>`` when that is set (401
+  otherwise).
 
 The server binds ``DATAPLANE_METRICS_HOST`` (loopback by default; ``0.0.0.0`` in a
 container, where the kubelet probes from outside).
@@ -17,6 +19,7 @@ container, where the kubelet probes from outside).
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from http import HTTPStatus
@@ -41,8 +44,9 @@ MAX_CONNECTIONS = 64  # exchanges served at once; beyond, a connection is closed
 class WorkerHealth:
     """What the probes look at: the worker once built, its queue DB."""
 
-    def __init__(self, *, prometheus: bool) -> None:
+    def __init__(self, *, prometheus: bool, metrics_token: str | None = None) -> None:
         self.prometheus = prometheus
+        self.metrics_token = metrics_token  # a scraper sends it as a bearer token
         self.worker: Worker | None = None
         self.queue_db: Database | None = None
         self.claiming = False  # set once the worker serves, cleared when it stops
@@ -111,8 +115,18 @@ async def _answer(health: WorkerHealth, request: h11.Request) -> Answer:
     if path == b"/readyz":
         return _probe(await health.ready())
     if path == b"/metrics" and health.prometheus:
+        if health.metrics_token is not None and not _bearer_is(request, health.metrics_token):
+            return _text(401, "send Authorization: Bearer <DATAPLANE_METRICS_TOKEN>")
         return 200, "text/plain; version=0.0.4", prometheus_text()
     return _text(404, "not found: /healthz, /readyz and /metrics are served here")
+
+
+def _bearer_is(request: h11.Request, token: str) -> bool:
+    given = [v for k, v in request.headers if k == b"authorization"]
+    if len(given) != 1:
+        return False
+    scheme, _, value = given[0].partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), token.encode())
 
 
 async def _exchange(health: WorkerHealth, stream: trio.abc.Stream) -> None:

@@ -106,7 +106,7 @@ async def _serve_worker(
         )
         # Booted: full collections skip what lives on; young ones are spaced out.
         freeze_startup_heap("worker", young_threshold=WORKER_YOUNG_THRESHOLD)
-        health = WorkerHealth(prometheus=prometheus)
+        health = WorkerHealth(prometheus=prometheus, metrics_token=config.metrics_token)
         health.worker, health.queue_db = worker, queue_db
         try:
             async with trio.open_nursery() as nursery:

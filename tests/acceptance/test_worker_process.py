@@ -342,6 +342,30 @@ async def test_metrics_are_served_beside_the_probes(
         worker.stop()
 
 
+async def test_metrics_require_the_token_when_one_is_set(queue_dsn: str, tmp_path: Path) -> None:
+    port, token = free_port(), "a-worker-metrics-token-0123456789"
+    env = probe_env(
+        queue_dsn,
+        DATAPLANE_METRICS="1",
+        DATAPLANE_METRICS_PORT=str(port),
+        DATAPLANE_METRICS_TOKEN=token,
+    )
+    worker = WorkerProcess(env, str(tmp_path / "w.log"))
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        await worker.wait_ready()
+        await wait_until(lambda: _code(f"http://127.0.0.1:{port}/readyz", 200), within=10)
+        async with httpx.AsyncClient(timeout=10) as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+                refused = await http.get(url, headers=headers)
+                assert refused.status_code == 401 and "dataplane_" not in refused.text, headers
+            granted = await http.get(url, headers={"Authorization": f"Bearer {token}"})
+            assert granted.status_code == 200 and "dataplane_" in granted.text
+        assert (await _get(f"http://127.0.0.1:{port}/healthz")).status_code == 200  # probes open
+    finally:
+        worker.stop()
+
+
 async def _code(url: str, status: int) -> bool:
     try:
         return (await _get(url)).status_code == status

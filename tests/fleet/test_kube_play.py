@@ -83,17 +83,22 @@ class Fleet:
         return f"{deployment}-pod-0"  # podman kube play's name for a Deployment's pod
 
 
-def _secrets(run: str, dsn: str) -> dict[str, dict[str, str]]:
-    """What the rendered manifests reference (Secret name -> keys), for this fleet."""
+LOGINS = ("bff", "worker", "capcom", "scaler")  # each a login of its group role
+
+
+def _secrets(run: str, dsn: str, logins: dict[str, str]) -> dict[str, dict[str, str]]:
+    """What the rendered manifests reference (Secret name -> keys), for this fleet: the
+    migration Job the owner's DSN (the test's superuser), each process its own login."""
     return {
-        f"dataplane-queue-db-{run}": {"url": dsn},
+        f"dataplane-queue-db-owner-{run}": {"url": dsn},
+        **{f"dataplane-queue-db-{k}-{run}": {"url": v} for k, v in logins.items()},
         f"dataplane-client-db-{run}": {"url": dsn},  # probe reads no client DB
         f"dataplane-bff-{run}": {
             "jwt-secret": JWT_SECRET,
             "jwt-public-key": "",
             "stream-secret": "fleet-stream-secret-of-at-least-32-chars",
-            "metrics-token": "fleet-metrics-token",
         },
+        f"dataplane-metrics-{run}": {"token": "fleet-metrics-token-of-32-characters"},
         f"dataplane-shared-{run}": {"notify-secret": NOTIFY_SECRET, "capcom-token": ""},
     }
 
@@ -206,7 +211,12 @@ def fleet(pg_admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{dbname}"')  # empty: the Job migrates it
     dsn = _tcp_dsn(pg_admin_dsn, dbname)
-    secrets = _secrets(run, dsn)
+    passwords = {kind: uuid.uuid4().hex for kind in LOGINS}
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        for kind, password in passwords.items():  # members of their groups once migrated
+            conn.execute(f"CREATE ROLE {kind}_{run} LOGIN PASSWORD '{password}'")  # type: ignore[arg-type]
+    logins = {k: make_conninfo(dsn, user=f"{k}_{run}", password=p) for k, p in passwords.items()}
+    secrets = _secrets(run, dsn, logins)
     objs = kube_objects(
         run,
         f"{REPOSITORY}-lms:{VERSION}",
@@ -225,7 +235,10 @@ def fleet(pg_admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 input=json.dumps(encoded),  # podman 4.3 reads a JSON map of base64 values
                 env=env, text=True, capture_output=True, check=True, timeout=30,
             )  # fmt: skip
-        _migrate(fleet)
+        _migrate(fleet)  # it creates the group roles (sql/roles.sql)
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            for kind in LOGINS:
+                conn.execute(f"GRANT dataplane_{kind} TO {kind}_{run}")  # type: ignore[arg-type]
         for name, obj in objs.items():
             if obj["kind"] != "Deployment":
                 continue
@@ -246,6 +259,8 @@ def fleet(pg_admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             podman("secret", "rm", name, check=False)
         with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            for kind in LOGINS:
+                conn.execute(f"DROP ROLE IF EXISTS {kind}_{run}")  # type: ignore[arg-type]
 
 
 def _port(obj: dict[str, Any]) -> int:
@@ -267,6 +282,10 @@ def _migrate(fleet: Fleet) -> None:
     with psycopg.connect(fleet.dsn) as conn:
         row = conn.execute("SELECT maestro_queue_depth('surface-probe')").fetchone()
     assert row == (0,)
+    # The played processes get no escape hatch: each serves as its own login.
+    for obj in (o for o in fleet.objects.values() if o["kind"] == "Deployment"):
+        env = {e["name"] for e in obj["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert "DATAPLANE_ALLOW_OWNER" not in env
 
 
 STAFF = token(staff=True, branches=["*"])

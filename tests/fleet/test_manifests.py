@@ -10,6 +10,7 @@ import copy
 import shutil
 import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,24 @@ def kubectl() -> str:
 
 @cache
 def build(name: str) -> tuple[dict[str, Any], ...]:
+    where = KUSTOMIZATIONS[name]
+    if name == "overlay":  # a copy, with the Secret its init-secrets writes for kustomize
+        copy_root = Path(tempfile.mkdtemp()) / "kubernetes"
+        shutil.copytree(ROOT / "deploy" / "kubernetes", copy_root, ignore=_secrets_dirs)
+        where = copy_root / "overlays" / "example"
+        subprocess.run([str(where / "init-secrets")], check=True, capture_output=True)
     out = subprocess.run(
-        [kubectl(), "kustomize", str(KUSTOMIZATIONS[name])],
+        [kubectl(), "kustomize", str(where)],
         check=True,
         capture_output=True,
         text=True,
         timeout=60,
     ).stdout
     return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def _secrets_dirs(directory: str, names: list[str]) -> list[str]:
+    return ["secrets"] if "secrets" in names else []
 
 
 def _closed(schema: Any) -> Any:
@@ -181,3 +192,45 @@ def test_every_component_is_fenced_in_and_out(name: str) -> None:
     monitoring = {"kubernetes.io/metadata.name": "monitoring"}
     worker_from = policies["worker"]["ingress"][0]["from"]
     assert worker_from == [{"namespaceSelector": {"matchLabels": monitoring}}]
+
+
+def _env_secrets(objs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, str]]:
+    """Each workload's Secret references: its name -> {variable: Secret name}."""
+    found = {}
+    for o in objs:
+        if o["kind"] in ("Deployment", "Job"):
+            [container] = o["spec"]["template"]["spec"]["containers"]
+            found[o["metadata"]["name"]] = {
+                e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
+                for e in container["env"]
+                if "valueFrom" in e
+            }
+    return found
+
+
+def test_each_process_has_its_own_queue_login_and_metrics_need_the_token() -> None:
+    """Issue 38 item 4: the migration Job alone holds the owner's DSN; the BFF, capcom,
+    every worker and KEDA's scaler each their own; /metrics is never open (the token's
+    Secret is required, and the overlay generates it)."""
+    objs = build("base")
+    refs = _env_secrets(objs)
+    queue = {name: env["MAESTRO_QUEUES_URL"] for name, env in refs.items()}
+    assert queue.pop("dataplane-migrate-0-1-0") == "dataplane-queue-db-owner"
+    assert queue.pop("dataplane-bff") == "dataplane-queue-db-bff"
+    assert queue.pop("dataplane-capcom") == "dataplane-queue-db-capcom"
+    assert queue and set(queue.values()) == {"dataplane-queue-db-worker"}, queue
+    [auth] = [o for o in objs if o["kind"] == "TriggerAuthentication"]
+    assert [r["name"] for r in auth["spec"]["secretTargetRef"]] == ["dataplane-queue-db-scaler"]
+    for o in objs:
+        if o["kind"] not in ("Deployment", "Job") or o["kind"] == "Job":
+            continue
+        [container] = o["spec"]["template"]["spec"]["containers"]
+        [token] = [e for e in container["env"] if e["name"] == "DATAPLANE_METRICS_TOKEN"]
+        ref = token["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == "dataplane-metrics" and not ref.get("optional"), o["metadata"]
+    overlay = build("overlay")
+    [generated] = [o for o in overlay if o["kind"] == "Secret"]
+    assert generated["metadata"]["name"].startswith("dataplane-metrics-")
+    assert len(generated["data"]["token"]) >= 32
+    names = {e for env in _env_secrets(overlay).values() for e in env.values()}
+    assert generated["metadata"]["name"] in names and "dataplane-metrics" not in names
