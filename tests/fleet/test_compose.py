@@ -24,13 +24,14 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "deploy" / "podman" / "containers.conf"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 SERVICES = {
     "postgres", "migrate", "demo-db", "bff1", "bff2", "proxy", "capcom", "prometheus",
-    "worker-probe", "worker-users", "worker-learnerviews", "worker-accounting", "worker-skills",
+    "worker-users", "worker-learnerviews", "worker-accounting", "worker-skills",
 }  # fmt: skip
 UP_WITHIN = 180.0  # seconds from `up -d` to the proxy's /readyz 200 (images built)
 
@@ -72,10 +73,20 @@ def test_compose_config_is_accepted_with_every_service_and_no_credential(tmp_pat
     for name, files in env_files.items():
         files = files if isinstance(files, list) else [files]
         kind = "worker" if name.startswith("worker-") else name.rstrip("12")
-        kind = {"migrate": "admin", "demo-db": "admin"}.get(kind, kind)
-        if kind in ("admin", "bff", "worker", "capcom"):
+        kind = {"migrate": "admin", "demo-db": "demo"}.get(kind, kind)
+        if kind in ("admin", "demo", "bff", "worker", "capcom"):
             assert [str(Path(f)) for f in files] == [str(tmp_path / f"{kind}.env")], (name, files)
-    env_of = {k: _env_file(tmp_path / f"{k}.env") for k in ("admin", "bff", "worker", "capcom")}
+    kinds = ("admin", "demo", "bff", "worker", "capcom")
+    env_of = {k: _env_file(tmp_path / f"{k}.env") for k in kinds}
+    # Each its own database login: only demo-db holds the superuser, only migrate the
+    # schema's owner; the probe surface is off (it stores 16 MiB blobs for anyone).
+    users = {k: conninfo_to_dict(e["MAESTRO_QUEUES_URL"])["user"] for k, e in env_of.items()}
+    assert users == {
+        "admin": "dataplane", "demo": "postgres", "bff": "bff_login",
+        "worker": "worker_login", "capcom": "capcom_login",
+    }  # fmt: skip
+    assert not [k for k, e in env_of.items() if "DATAPLANE_PROBE" in e]
+    assert "DATAPLANE_PROBE" not in rendered and "surface-probe" not in rendered
     # A worker runs surface code: it cannot mint tokens or stream URLs; capcom reads no
     # client DB; only the BFF holds the JWT secret.
     assert not {"DATAPLANE_JWT_SECRET", "DATAPLANE_STREAM_SECRET"} & set(env_of["worker"])
@@ -151,10 +162,10 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
 
         jwt = mint_token(secret, client="acme", sub="1", staff=True, branches=["*"], ttl=600)
         auth = {"Authorization": f"Bearer {jwt}"}
-        body = {"operation": "echo", "params": {"value": "through the proxy"}}
-        deadline = time.monotonic() + 60
-        while True:  # the probe worker may still be booting (restarted until migrated)
-            posted = http.post("/api/probe/q", json=body, headers=auth)
+        body = {"operation": "list", "params": {"limit": 3}}
+        deadline = time.monotonic() + 90
+        while True:  # the users worker may still be booting (restarted until demo-db ran)
+            posted = http.post("/api/users/q", json=body, headers=auth)
             assert posted.status_code == 202, (posted.text, logs(env, "bff1"), logs(env, "bff2"))
             with http.stream("GET", posted.json()["streamUrl"], timeout=70) as stream:
                 assert stream.headers["content-type"].startswith("text/event-stream")
@@ -162,8 +173,20 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
             final = json.loads(events[-1][len("data:") :])
             if final.get("status") == "done":
                 break
-            assert time.monotonic() < deadline, (final, logs(env, "worker-probe"))
-        assert final["result"] == {"echo": "through the proxy", "client": "acme"}
+            assert time.monotonic() < deadline, (final, logs(env, "worker-users"))
+        assert len(final["result"]["rows"]) == 3, final
+        # Every process of the plane is connected as its own login, none as the owner's
+        # or the superuser's (the runtime refuses those: dataplane.queue.roles).
+        pg_password = Path(env["DATAPLANE_SECRETS"], "pg_password").read_text().strip()
+        sessions = subprocess.run(
+            ["podman", "exec", "-e", f"PGPASSWORD={pg_password}", f"{project}_postgres_1",
+             "psql", "-h", "/tmp", "-U", "postgres", "-d", "queues", "-Atc",
+             "SELECT DISTINCT usename FROM pg_stat_activity WHERE backend_type = 'client backend'"
+             " AND usename <> 'postgres'"],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.split()  # fmt: skip
+        assert {"bff_login", "worker_login", "capcom_login"} <= set(sessions), sessions
+        assert "dataplane" not in sessions, sessions  # migrate has exited; nobody else
         assert http.get("/metrics").status_code == 404  # the proxy does not serve /metrics
         for encoded in ("/%6detrics", "/%2fmetrics"):  # nor past its rule, encoded
             assert http.get(encoded).status_code == 400, encoded
