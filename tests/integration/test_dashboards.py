@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dataplane.db import Database
-
-yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
