@@ -54,7 +54,7 @@ from bench.harness.stack import (
 from dataplane.dev.embedded import free_port
 
 DATAPLANE = [sys.executable, "-m", "dataplane"]
-CAPCOM_TOKEN = "bench-capcom-token"  # the worker posts every finished job to capcom
+DATAPLANE_CAPCOM_TOKEN = "bench-capcom-token"  # the worker posts every finished job to capcom
 
 
 def _rss(pid: int) -> dict[str, float]:
@@ -65,10 +65,10 @@ def _rss(pid: int) -> dict[str, float]:
 async def _measure(kids: Children, env: dict[str, str], args: argparse.Namespace) -> Result:
     port, capcom_port = free_port(), free_port()
     capcom_url = f"http://{HOST}:{capcom_port}"
-    env = {**env, "CAPCOM_TOKEN": CAPCOM_TOKEN}
+    env = {**env, "DATAPLANE_CAPCOM_TOKEN": DATAPLANE_CAPCOM_TOKEN}
     capcom = kids.start("capcom", [*DATAPLANE, "capcom", "--bind", f"{HOST}:{capcom_port}"], env)
     bff = kids.start("bff", [*DATAPLANE, "bff", "--bind", f"{HOST}:{port}"], env)
-    worker_env = {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE, "CAPCOM_URL": capcom_url}
+    worker_env = {**env, "SURFACE_QUEUE_TYPE": QUEUE_TYPE, "DATAPLANE_CAPCOM_URL": capcom_url}
     worker = kids.start("worker", [*DATAPLANE, "worker"], worker_env)
     started = time.perf_counter()
     await wait_http(bff, f"http://{HOST}:{port}/readyz", within=60)

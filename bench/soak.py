@@ -225,8 +225,8 @@ def base_env(queue_dsn: str, plan: Plan) -> dict[str, str]:
         sse_deadline_s=plan.sse_deadline_s,
         DATAPLANE_SHUTDOWN_GRACE_SECONDS="2",
     )
-    env.pop("CLIENT_DB_URL", None)
-    env.pop("CAPCOM_URL", None)
+    env.pop("DATAPLANE_CLIENT_DB_URL", None)
+    env.pop("DATAPLANE_CAPCOM_URL", None)
     return env
 
 
@@ -243,7 +243,7 @@ async def start_stack(stack: Stack) -> None:
         if surface == "probe":
             env["DATAPLANE_FAIL_BACKOFF_SECONDS"] = str(stack.plan.fail_backoff_s)
         else:
-            env["CLIENT_DB_URL"] = stack.ro_dsn
+            env["DATAPLANE_CLIENT_DB_URL"] = stack.ro_dsn
         stack.workers[surface] = stack.kids.start(f"worker-{surface}", WORKER_ARGV, env)
     await wait_serving(stack.workers.values(), within=60, poll=0.05)
 
@@ -933,7 +933,7 @@ def report(
             "stack": "1 BFF (python -m hypercorn -k trio dataplane.app:app; RSS/fds are its "
             "serving process, bff-master its parent) + one `python -m dataplane worker` per "
             f"surface {list(SURFACES)} (DATAPLANE_CONCURRENCY={plan.worker_concurrency}; demo "
-            "surfaces with CLIENT_DB_URL = the demo DB's read-only DSN; probe with "
+            "surfaces with DATAPLANE_CLIENT_DB_URL = the demo DB's read-only DSN; probe with "
             f"DATAPLANE_FAIL_BACKOFF_SECONDS={plan.fail_backoff_s}); "
             f"DATAPLANE_SSE_DEADLINE_SECONDS={plan.sse_deadline_s}",
             "load": f"{plan.clients} closed-loop clients (raw keep-alive HTTP/1.1 socket each), "

@@ -127,7 +127,11 @@ def roles(dsn: str) -> dict[str, tuple[dict[str, str], list[str], str | None]]:
             f"http://127.0.0.1:{worker}/readyz",
         ),
         "capcom": (
-            {**queue, "CAPCOM_TOKEN": JWT, "CAPCOM_BIND": f"127.0.0.1:{capcom}"},
+            {
+                **queue,
+                "DATAPLANE_CAPCOM_TOKEN": JWT,
+                "DATAPLANE_CAPCOM_BIND": f"127.0.0.1:{capcom}",
+            },
             ["capcom"],
             f"http://127.0.0.1:{capcom}/readyz",
         ),

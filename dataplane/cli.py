@@ -249,7 +249,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 def _add_serve_parsers(sub: Any) -> None:
     for role, what, bind in (
         ("bff", "the surface BFF", "DATAPLANE_BIND, else 127.0.0.1:8000"),
-        ("capcom", "the telemetry receiver", "CAPCOM_BIND, else 127.0.0.1:8001"),
+        ("capcom", "the telemetry receiver", "DATAPLANE_CAPCOM_BIND, else 127.0.0.1:8001"),
     ):
         serve = sub.add_parser(
             role,

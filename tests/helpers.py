@@ -289,7 +289,7 @@ class BffProcess:
 def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProcess:
     """A real ``hypercorn -k trio dataplane.capcom.app:app`` on a free port, taking ``token``."""
     return BffProcess(
-        {**env, "CAPCOM_TOKEN": token},
+        {**env, "DATAPLANE_CAPCOM_TOKEN": token},
         log_path,
         port=free_port(),
         args=("-k", "trio"),

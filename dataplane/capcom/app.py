@@ -12,8 +12,8 @@ Served by ``hypercorn -k trio dataplane.capcom.app:app``. Routes::
 A report POST is an HTTP server span in the sender's trace (its ``traceparent``
 header), its INSERT a client span under it.
 
-Configuration (environment, read once at startup): ``CAPCOM_TOKEN``, the bearer token
-every worker shares; ``CAPCOM_DB_URL``, the database holding ``worker_runs``, by
+Configuration (environment, read once at startup): ``DATAPLANE_CAPCOM_TOKEN``, the bearer token
+every worker shares; ``DATAPLANE_CAPCOM_DB_URL``, the database holding ``worker_runs``, by
 default ``MAESTRO_QUEUES_URL``; ``DATAPLANE_METRICS_TOKEN``, the bearer token a
 scraper of ``/metrics`` must send (as at the BFF; unset, ``/metrics`` is open and a
 warning at startup says so).
@@ -91,8 +91,10 @@ REQUIRE_TRIO = (
 class CapcomSettings:
     """The receiver's configuration (read by :func:`dataplane.core.settings.from_env`)."""
 
-    token: str | None = setting("CAPCOM_TOKEN", None)
-    db_url: str | None = setting(("CAPCOM_DB_URL", "MAESTRO_QUEUES_URL"), None)
+    token: str | None = setting("DATAPLANE_CAPCOM_TOKEN", None, old=("CAPCOM_TOKEN",))
+    db_url: str | None = setting(
+        ("DATAPLANE_CAPCOM_DB_URL", "MAESTRO_QUEUES_URL"), None, old=("CAPCOM_DB_URL",)
+    )
     metrics_token: str | None = setting("DATAPLANE_METRICS_TOKEN", None)
 
 
@@ -169,7 +171,9 @@ def create_app() -> QuartTrio:
     @server_span(ROUTE)
     async def job_finished() -> Response:
         if state.token is None:
-            raise ApiError(503, "capcom is not configured: set CAPCOM_TOKEN", "NOT_CONFIGURED")
+            raise ApiError(
+                503, "capcom is not configured: set DATAPLANE_CAPCOM_TOKEN", "NOT_CONFIGURED"
+            )
         _authorize(state.token)
         db = state.db
         if db is None:
@@ -207,10 +211,10 @@ async def _start(app: QuartTrio, state: _State) -> None:
     initialise("capcom")
     state.token = settings.token
     if settings.token is None:
-        log.warning("capcom: CAPCOM_TOKEN is not set; every report is answered 503")
+        log.warning("capcom: DATAPLANE_CAPCOM_TOKEN is not set; every report is answered 503")
     if settings.db_url is None:
         state.why = (
-            "capcom is not configured: set CAPCOM_DB_URL or MAESTRO_QUEUES_URL "
+            "capcom is not configured: set DATAPLANE_CAPCOM_DB_URL or MAESTRO_QUEUES_URL "
             "(the database holding worker_runs)"
         )
         log.warning("%s; reports are answered 503", state.why)
@@ -222,7 +226,7 @@ def _authorize(expected: str) -> None:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given = given.strip()
     if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "send Authorization: Bearer <CAPCOM_TOKEN>")
+        raise ApiError(401, "send Authorization: Bearer <DATAPLANE_CAPCOM_TOKEN>")
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise ApiError(401, "wrong capcom token")
 
@@ -255,18 +259,15 @@ async def _serve_db(
         application_name=SERVICE_NAME,
     )
     async with open_bridge(), open_database(config) as db:
+        # Its role first: never the owner's or a superuser's credential. Checked before
+        # it reports started (as the pool was), then retried while the DB is down.
+        checked = await _role_checked(db, state)
         task_status.started()
-        while True:  # its role first: never the owner's or a superuser's credential
-            try:
-                await refuse_owner(db, "capcom")
-                break
-            except DatabaseUnavailable as exc:
-                state.why = f"capcom: the database is unreachable ({exc})"
-                await trio.sleep(ROLE_CHECK_RETRY)
-            except ConfigError as exc:
-                state.why = str(exc)
-                log.error("%s; reports are answered 503", state.why)
-                await trio.sleep_forever()
+        while checked is False:
+            await trio.sleep(ROLE_CHECK_RETRY)
+            checked = await _role_checked(db, state)
+        if checked is None:
+            await trio.sleep_forever()  # refused: reports are answered 503, saying why
         state.db = db
         log.info("capcom ready: storing job reports in worker_runs")
         try:
@@ -277,3 +278,17 @@ async def _serve_db(
 
 quart_app = create_app()
 app = RequireTrio(quart_app, REQUIRE_TRIO)
+
+
+async def _role_checked(db: Database, state: _State) -> bool | None:
+    """True: the role may serve; False: the DB is unreachable (try again); None: refused."""
+    try:
+        await refuse_owner(db, "capcom")
+        return True
+    except DatabaseUnavailable as exc:
+        state.why = f"capcom: the database is unreachable ({exc})"
+        return False
+    except ConfigError as exc:
+        state.why = str(exc)
+        log.error("%s; reports are answered 503", state.why)
+        return None

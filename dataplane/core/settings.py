@@ -15,6 +15,7 @@ This module knows no component: it is below all of them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import typing
@@ -24,6 +25,7 @@ from typing import Any, TypeVar, cast
 from dataplane.core.errors import ConfigError, InvalidArgument
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _MISSING: Any = dataclasses.MISSING
 
@@ -35,15 +37,23 @@ def setting(
     minimum: float | None = None,
     choices: Sequence[str] | None = None,
     required: str | None = None,
+    old: Sequence[str] = (),
 ) -> Any:
     """A dataclass field set by the environment variable ``env``.
 
     ``env`` may name several variables: the first one set wins (a fallback such as
-    ``CAPCOM_DB_URL`` then ``MAESTRO_QUEUES_URL``). ``required`` is the message
-    when the field has no default and no variable is set.
+    ``DATAPLANE_CAPCOM_DB_URL`` then ``MAESTRO_QUEUES_URL``). ``required`` is the message
+    when the field has no default and no variable is set. ``old`` names a variable's
+    previous names: still read (after ``env``) for one release, with a warning.
     """
     names = (env,) if isinstance(env, str) else tuple(env)
-    metadata = {"env": names, "minimum": minimum, "choices": choices, "required": required}
+    metadata = {
+        "env": names[:1] + tuple(old) + names[1:],  # an old name aliases the first
+        "old": frozenset(old),
+        "minimum": minimum,
+        "choices": choices,
+        "required": required,
+    }
     if default is _MISSING:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -102,8 +112,18 @@ def _read(env: Mapping[str, str], f: dataclasses.Field[Any], kind: Any) -> Any:
     for name in f.metadata["env"]:
         raw = env.get(name)
         if raw is not None and raw.strip() != "":
+            if name in f.metadata.get("old", ()) and name not in _warned:
+                _warned.add(name)
+                log.warning(
+                    "%s is the old name of %s: it is read for this release only, rename it",
+                    name,
+                    f.metadata["env"][0],
+                )
             return _parse(name, raw.strip(), kind, f.metadata)
     return _MISSING
+
+
+_warned: set[str] = set()  # old names warned about, once per process
 
 
 def _parse(name: str, raw: str, kind: Any, meta: Mapping[str, Any]) -> Any:

@@ -82,7 +82,7 @@ SECRETS: dict[str, dict[str, str]] = {
     "dataplane-metrics": {"token": "bearer token a scraper of /metrics sends"},
     "dataplane-shared": {
         "notify-secret": "optional: DATAPLANE_NOTIFY_SECRET (BFF and workers)",
-        "capcom-token": "optional: CAPCOM_TOKEN (workers and capcom)",
+        "capcom-token": "optional: DATAPLANE_CAPCOM_TOKEN (workers and capcom)",
     },
 }
 
@@ -289,8 +289,10 @@ def capcom_objects(image: str) -> list[Obj]:
     env = [
         queue_db_env("capcom"),
         metrics_token_env(),
-        from_secret("CAPCOM_TOKEN", "dataplane-shared", "capcom-token", optional=True),
-        *plain_env({"CAPCOM_BIND": f"0.0.0.0:{CAPCOM_PORT}", "DATAPLANE_LOG_FORMAT": "json"}),
+        from_secret("DATAPLANE_CAPCOM_TOKEN", "dataplane-shared", "capcom-token", optional=True),
+        *plain_env(
+            {"DATAPLANE_CAPCOM_BIND": f"0.0.0.0:{CAPCOM_PORT}", "DATAPLANE_LOG_FORMAT": "json"}
+        ),
     ]
     container = hardened_container("capcom", ["capcom"], env, image)
     container["ports"] = [{"name": "http", "containerPort": CAPCOM_PORT}]

@@ -37,14 +37,14 @@ QUEUE_DB_AUTH = f"{NAME}-queue-db"  # the TriggerAuthentication's name
 def worker_deployment(spec: WorkerSpec, image: str) -> Obj:
     env = [queue_db_env("worker"), metrics_token_env()]
     if spec.needs_client_db:
-        env.append(from_secret("CLIENT_DB_URL", "dataplane-client-db", "url"))
+        env.append(from_secret("DATAPLANE_CLIENT_DB_URL", "dataplane-client-db", "url"))
     env += [
         from_secret("DATAPLANE_NOTIFY_SECRET", "dataplane-shared", "notify-secret", optional=True),
-        from_secret("CAPCOM_TOKEN", "dataplane-shared", "capcom-token", optional=True),
+        from_secret("DATAPLANE_CAPCOM_TOKEN", "dataplane-shared", "capcom-token", optional=True),
         *plain_env(
             {
                 "SURFACE_QUEUE_TYPE": spec.queue_type,
-                "CAPCOM_URL": f"http://{NAME}-capcom:{CAPCOM_PORT}",
+                "DATAPLANE_CAPCOM_URL": f"http://{NAME}-capcom:{CAPCOM_PORT}",
                 "DATAPLANE_METRICS": "1",
                 "DATAPLANE_METRICS_HOST": "0.0.0.0",
                 "DATAPLANE_METRICS_PORT": str(METRICS_PORT),

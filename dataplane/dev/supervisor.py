@@ -136,8 +136,8 @@ def _children(
         common["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
         common["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
     if capcom_port is not None:
-        common["CAPCOM_URL"] = f"http://127.0.0.1:{capcom_port}"
-        common["CAPCOM_TOKEN"] = secrets.token_urlsafe(32)
+        common["DATAPLANE_CAPCOM_URL"] = f"http://127.0.0.1:{capcom_port}"
+        common["DATAPLANE_CAPCOM_TOKEN"] = secrets.token_urlsafe(32)
     py = sys.executable
     # `dataplane bff`/`capcom`: Hypercorn in the process itself (a crash is a non-zero
     # exit, which Hypercorn's CLI parent would report as 0), keep-alive 75 s, and the
@@ -157,7 +157,7 @@ def _children(
                     "surface %s needs a client DB and none is set up: no worker", surface.id
                 )
                 continue
-            env["CLIENT_DB_URL"] = ro_dsn
+            env["DATAPLANE_CLIENT_DB_URL"] = ro_dsn
         children.append(Child(f"worker-{surface.id}", [py, "-m", "dataplane", "worker"], env))
     if capcom_port is not None:
         children.append(

@@ -69,7 +69,7 @@ class ServeConfig:
     """How ``dataplane bff`` and ``dataplane capcom`` serve (their flags override it)."""
 
     bff_bind: str = setting("DATAPLANE_BIND", BFF_BIND)
-    capcom_bind: str = setting("CAPCOM_BIND", CAPCOM_BIND)
+    capcom_bind: str = setting("DATAPLANE_CAPCOM_BIND", CAPCOM_BIND, old=("CAPCOM_BIND",))
     keep_alive_seconds: float = setting("DATAPLANE_KEEP_ALIVE_SECONDS", KEEP_ALIVE, minimum=0)
     shutdown_grace_seconds: float = setting(
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE, minimum=0

@@ -74,7 +74,7 @@ SURFACE = surface(
     ),
     id="{name}",
     description="The {name} surface.",
-    needs_client_db=False,  # True: the worker gets CLIENT_DB_URL as ctx.client_db
+    needs_client_db=False,  # True: the worker gets DATAPLANE_CLIENT_DB_URL as ctx.client_db
 )
 '''
 

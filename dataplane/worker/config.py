@@ -104,9 +104,9 @@ class WorkerProcessConfig:
 
     worker: WorkerConfig = nested(WorkerConfig)
     surfaces: SurfacesConfig = nested(SurfacesConfig)
-    client_db_url: str | None = setting("CLIENT_DB_URL", None)
-    capcom_url: str | None = setting("CAPCOM_URL", None)
-    capcom_token: str = setting("CAPCOM_TOKEN", "")
+    client_db_url: str | None = setting("DATAPLANE_CLIENT_DB_URL", None, old=("CLIENT_DB_URL",))
+    capcom_url: str | None = setting("DATAPLANE_CAPCOM_URL", None, old=("CAPCOM_URL",))
+    capcom_token: str = setting("DATAPLANE_CAPCOM_TOKEN", "", old=("CAPCOM_TOKEN",))
     metrics_port: int | None = setting("DATAPLANE_METRICS_PORT", None, minimum=1)
     # The address the health/metrics endpoint binds: loopback outside a container,
     # 0.0.0.0 in one (the kubelet probes the pod's IP).

@@ -2,7 +2,7 @@
 
 Refuses to boot — non-zero exit, one line saying why — when the queue DB or
 the queue type is not configured, the surface is unknown, the surface needs a
-client DB and ``CLIENT_DB_URL`` is unset, that credential can write or its sessions
+client DB and ``DATAPLANE_CLIENT_DB_URL`` is unset, that credential can write or its sessions
 cannot be pinned (:mod:`dataplane.worker.readonly`), the queue DB is reached
 through transaction pooling (LISTEN would never hear a notify), or its role is a
 superuser or the schema's owner (:func:`~dataplane.queue.roles.refuse_owner`).
@@ -73,7 +73,8 @@ async def _serve_worker(
     queues_url = worker_config.queue.require_url()
     if surface.needs_client_db and config.client_db_url is None:
         raise ConfigError(
-            f"CLIENT_DB_URL is not set; surface {surface.id!r} needs its read-only client DB"
+            f"DATAPLANE_CLIENT_DB_URL is not set; surface {surface.id!r} needs its read-only"
+            " client DB"
         )
     queue_cfg = DatabaseConfig(
         queues_url, pool_size=worker_config.queue_pool_size, application_name="dataplane-worker"

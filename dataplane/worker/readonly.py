@@ -1,6 +1,6 @@
 """The worker's client DB: a credential proven unable to write, in sessions it set up.
 
-:func:`open_client_database` is how the worker opens its client DB (``CLIENT_DB_URL``).
+:func:`open_client_database` is how the worker opens its client DB (``DATAPLANE_CLIENT_DB_URL``).
 It refuses to boot (:class:`ConfigError`, one line naming why) unless both hold:
 
 **The credential cannot write anything, by any route Postgres offers**: not as the
@@ -189,16 +189,16 @@ def keep(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
         if name in KEPT:
             if row["source"] in ROLE_SOURCES:
                 raise ConfigError(
-                    f"CLIENT_DB_URL's role sets its own {name} ({role_value}, by ALTER ROLE"
-                    " ... SET), which the credential may change at will; RESET it, or set"
-                    f" it in CLIENT_DB_URL's options (options=-c {name}=...)"
+                    f"DATAPLANE_CLIENT_DB_URL's role sets its own {name} ({role_value}, by"
+                    " ALTER ROLE ... SET), which the credential may change at will; RESET it, or"
+                    f" set it in DATAPLANE_CLIENT_DB_URL's options (options=-c {name}=...)"
                 )
             kept.append((name, row["setting"]))
             continue
         pin = "on" if name == READ_ONLY else PINNED[name][1]
         if role_value is not None and role_value != pin:
             log.warning(
-                "CLIENT_DB_URL's role sets its own %s (%s); the worker's sessions use %s",
+                "DATAPLANE_CLIENT_DB_URL's role sets its own %s (%s); the worker's sessions use %s",
                 name,
                 role_value,
                 pin,
@@ -220,8 +220,8 @@ def check_defaults(rows: Sequence[Mapping[str, Any]]) -> None:
             else "ALTER DATABASE ... SET"
         )
         raise ConfigError(
-            f"CLIENT_DB_URL's {row['scope']} sets {name} ({row['value']}, by {by}), which"
-            " can change what a query answers; RESET it, or set it in CLIENT_DB_URL's"
+            f"DATAPLANE_CLIENT_DB_URL's {row['scope']} sets {name} ({row['value']}, by {by}), which"
+            " can change what a query answers; RESET it, or set it in DATAPLANE_CLIENT_DB_URL's"
             f" options (options=-c {name}=...)"
         )
 
@@ -232,13 +232,15 @@ def check_pinned(rows: Sequence[Mapping[str, Any]], config: DatabaseConfig) -> N
     for row in rows:
         if row["name"] in expected and row["source"] != "client":
             raise ConfigError(
-                f"CLIENT_DB_URL's sessions do not start with the worker's settings"
+                f"DATAPLANE_CLIENT_DB_URL's sessions do not start with the worker's settings"
                 f" ({row['name']} comes from {row['source']}, not the connection's"
                 " options); connect the worker to the client DB directly, or through a"
                 " pooler that passes options on"
             )
         if row["name"] == READ_ONLY and row["setting"] != "on":
-            raise ConfigError(f"CLIENT_DB_URL's sessions are not read-only ({READ_ONLY} off)")
+            raise ConfigError(
+                f"DATAPLANE_CLIENT_DB_URL's sessions are not read-only ({READ_ONLY} off)"
+            )
 
 
 async def prove_read_only(db: Database) -> None:
@@ -254,5 +256,6 @@ async def prove_read_only(db: Database) -> None:
             hole += f" {first['detail']}"
         more = f", and {len(rows) - 1} more" if len(rows) > 1 else ""
         raise ConfigError(
-            f"CLIENT_DB_URL can write ({hole}{more}); the worker needs a read-only credential"
+            f"DATAPLANE_CLIENT_DB_URL can write ({hole}{more}); the worker needs a read-only"
+            " credential"
         )

@@ -175,7 +175,9 @@ class CapcomSender:
             trust_env=False,  # capcom is an internal service: no proxy from the environment
         )
         if not self.token:
-            log.warning("capcom: no token (CAPCOM_TOKEN); capcom will refuse every report")
+            log.warning(
+                "capcom: no token (DATAPLANE_CAPCOM_TOKEN); capcom will refuse every report"
+            )
         log.info("capcom: posting job reports to %s", self.url)
         try:
             task_status.started()

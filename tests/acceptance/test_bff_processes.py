@@ -152,7 +152,7 @@ async def test_one_operation_of_every_demo_surface_end_to_end(
     demo_db: tuple[str, str],
 ) -> None:
     for surface in ("users", "learnerviews", "accounting", "skills"):
-        await spawn_worker(f"surface-{surface}", CLIENT_DB_URL=demo_db[1])
+        await spawn_worker(f"surface-{surface}", DATAPLANE_CLIENT_DB_URL=demo_db[1])
     staff = bearer(token(staff=True, sub="1"))
     queries = {
         "users": ("list", {"limit": 5}),

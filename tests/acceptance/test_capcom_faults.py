@@ -100,7 +100,7 @@ async def test_capcom_up_down_or_hanging_never_slows_or_fails_a_job(
     monkeypatch: pytest.MonkeyPatch,
     db: Database,
 ) -> None:
-    monkeypatch.setenv("CAPCOM_TOKEN", TOKEN)  # capcom's DB: MAESTRO_QUEUES_URL (bff_env)
+    monkeypatch.setenv("DATAPLANE_CAPCOM_TOKEN", TOKEN)  # capcom's DB: MAESTRO_QUEUES_URL (bff_env)
     capcom = await start_capcom(nursery)
     hanging = await open_hanging_listener(nursery)
     setups = {
@@ -114,7 +114,7 @@ async def test_capcom_up_down_or_hanging_never_slows_or_fails_a_job(
         for name in order[round_no:] + order[:round_no]:
             url, reason = setups[name]
             before = await _runs(db)
-            worker = await spawn_worker(CAPCOM_URL=url, CAPCOM_TOKEN=TOKEN)
+            worker = await spawn_worker(DATAPLANE_CAPCOM_URL=url, DATAPLANE_CAPCOM_TOKEN=TOKEN)
             latencies[name] += await _measure(http, f"{name}-{round_no}")
             if name == "up":
                 # Every job's report arrives (posted after each job, off its path). Count

@@ -57,7 +57,7 @@ def good() -> dict[str, Any]:
 @pytest.fixture
 def capcom_process(queue_dsn: str, tmp_path: Path) -> Iterator[httpx.Client]:
     port = free_port()
-    env = {**os.environ, "CAPCOM_TOKEN": TOKEN, "CAPCOM_DB_URL": queue_dsn}
+    env = {**os.environ, "DATAPLANE_CAPCOM_TOKEN": TOKEN, "DATAPLANE_CAPCOM_DB_URL": queue_dsn}
     env.pop("DATAPLANE_METRICS", None)
     log = open(tmp_path / "capcom.log", "wb")
     proc = subprocess.Popen(

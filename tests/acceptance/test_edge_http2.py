@@ -36,7 +36,7 @@ from dataplane.dev.embedded import free_port
 from tests.conftest import wait_until
 from tests.helpers import BffProcess
 
-CAPCOM_TOKEN = "capcom-token-for-the-http2-tests-0123456789"
+DATAPLANE_CAPCOM_TOKEN = "capcom-token-for-the-http2-tests-0123456789"
 PROMPT = 5.0  # seconds within which an answer (or the server's FIN) comes
 
 # -- HTTP/2 on the wire (RFC 9113 §3.4, §4.1, §6) --------------------------------------
@@ -143,7 +143,7 @@ SERVED = {
 async def test_http2_is_refused_and_the_process_serves_on(
     served: str, bff_env: dict[str, str], tmp_path: Path
 ) -> None:
-    env = {**bff_env, "CAPCOM_TOKEN": CAPCOM_TOKEN}
+    env = {**bff_env, "DATAPLANE_CAPCOM_TOKEN": DATAPLANE_CAPCOM_TOKEN}
     proc = BffProcess(env, str(tmp_path / "served.log"), port=free_port(), **SERVED[served])  # type: ignore[arg-type]
     try:
         await proc.wait_ready()

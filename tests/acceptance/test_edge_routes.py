@@ -127,7 +127,7 @@ async def test_capcoms_metrics_require_the_metrics_token_when_it_is_set(
 ) -> None:
     """As the BFF's: capcom serves /metrics to the bearer of DATAPLANE_METRICS_TOKEN only."""
     env = {
-        "CAPCOM_DB_URL": queue_dsn,
+        "DATAPLANE_CAPCOM_DB_URL": queue_dsn,
         "DATAPLANE_METRICS": "1",
         "DATAPLANE_METRICS_TOKEN": "scrape-capcom-please",
     }

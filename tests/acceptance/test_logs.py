@@ -23,7 +23,7 @@ from tests.otlp import Received, attrs, otlp
 __all__ = ["otlp"]  # the fixture, imported to be found
 
 OTEL = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRIC_EXPORT_INTERVAL": "500"}
-CAPCOM_TOKEN = "capcom-test-token-0123456789"
+DATAPLANE_CAPCOM_TOKEN = "capcom-test-token-0123456789"
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     endpoint, received = otlp
     base_env, started = json_stack
     env = {**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-    capcom = capcom_process(base_env, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
+    capcom = capcom_process(base_env, str(tmp_path / "capcom.log"), DATAPLANE_CAPCOM_TOKEN)
     started.append(capcom)
     bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
     started.append(bff)
@@ -69,8 +69,8 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
         **env,
         "SURFACE_QUEUE_TYPE": "surface-probe",
         "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
-        "CAPCOM_URL": capcom.base,
-        "CAPCOM_TOKEN": CAPCOM_TOKEN,
+        "DATAPLANE_CAPCOM_URL": capcom.base,
+        "DATAPLANE_CAPCOM_TOKEN": DATAPLANE_CAPCOM_TOKEN,
     }
     worker = WorkerProcess(worker_env, str(tmp_path / "worker.log"))
     started.append(worker)
@@ -155,7 +155,7 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     # Never a token; no per-request httpx chatter (the worker posts to capcom with httpx).
     for path in (bff_log, worker_log, capcom_log):
         text = path.read_text()
-        for secret in (jwt, stream_token, CAPCOM_TOKEN, "token="):
+        for secret in (jwt, stream_token, DATAPLANE_CAPCOM_TOKEN, "token="):
             assert secret not in text, (path.name, secret)
     assert not any(r["logger"] == "httpx" for r in worker_lines)
 

@@ -251,7 +251,11 @@ async def test_every_dashboard_query_and_alert_rule_has_data(
     bff_port, capcom_port = free_port(), free_port()
     worker_ports = [free_port(), free_port()]
     capcom = BffProcess(  # stopped with SIGTERM: Hypercorn's parent stops its worker
-        {"CAPCOM_TOKEN": capcom_token, "CAPCOM_DB_URL": queue_dsn, "DATAPLANE_METRICS": "1"},
+        {
+            "DATAPLANE_CAPCOM_TOKEN": capcom_token,
+            "DATAPLANE_CAPCOM_DB_URL": queue_dsn,
+            "DATAPLANE_METRICS": "1",
+        },
         str(tmp_path / "capcom.log"),
         port=capcom_port,
         args=("-k", "trio"),
@@ -271,7 +275,7 @@ async def test_every_dashboard_query_and_alert_rule_has_data(
         port=bff_port,
         args=("-k", "trio"),
     )
-    capcom_env = {"CAPCOM_URL": capcom.base, "CAPCOM_TOKEN": capcom_token}
+    capcom_env = {"DATAPLANE_CAPCOM_URL": capcom.base, "DATAPLANE_CAPCOM_TOKEN": capcom_token}
     workers = [
         WorkerProcess(worker_env(queue_dsn, p, **capcom_env), str(tmp_path / f"worker-{i}.log"))
         for i, p in enumerate(worker_ports)

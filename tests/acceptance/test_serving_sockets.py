@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from dataplane.dev.embedded import free_port
 from tests.helpers import BffProcess, WorkerProcess, capcom_process
 
-CAPCOM_TOKEN = "capcom-token-for-the-socket-tests"
+DATAPLANE_CAPCOM_TOKEN = "capcom-token-for-the-socket-tests"
 RESETS = 25  # per server
 READ_SECONDS = 3.0  # an answer (or the close) comes within this
 
@@ -46,7 +46,7 @@ def servers(bff_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, tuple
         str(tmp_path / "worker.log"),
     )
     bff = BffProcess(bff_env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
-    capcom = capcom_process(bff_env, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
+    capcom = capcom_process(bff_env, str(tmp_path / "capcom.log"), DATAPLANE_CAPCOM_TOKEN)
     try:
         worker.wait_ready_blocking()
         trio.run(bff.wait_ready)

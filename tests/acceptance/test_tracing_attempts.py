@@ -25,7 +25,7 @@ from tests.otlp import Received, attrs, otlp
 
 __all__ = ["otlp"]  # the fixture, imported to be found
 
-CAPCOM_TOKEN = "capcom-test-token"
+DATAPLANE_CAPCOM_TOKEN = "capcom-test-token"
 OTEL = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRIC_EXPORT_INTERVAL": "60000"}
 QUEUE = {
     "DATAPLANE_FAIL_BACKOFF_SECONDS": "0.2",
@@ -61,7 +61,7 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
         **worker: str,
     ) -> Stack:
         env = {**bff_env, **OTEL, **QUEUE, **(every or {}), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-        capcom = capcom_process(env, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
+        capcom = capcom_process(env, str(tmp_path / "capcom.log"), DATAPLANE_CAPCOM_TOKEN)
         started.append(capcom)
         bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
         started.append(bff)
@@ -69,8 +69,8 @@ def stack(bff_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Any
         worker_env = {
             **env,
             "SURFACE_QUEUE_TYPE": queue_type,
-            "CAPCOM_URL": capcom.base,
-            "CAPCOM_TOKEN": CAPCOM_TOKEN,
+            "DATAPLANE_CAPCOM_URL": capcom.base,
+            "DATAPLANE_CAPCOM_TOKEN": DATAPLANE_CAPCOM_TOKEN,
             **worker,
         }
 
@@ -292,7 +292,7 @@ async def test_a_client_db_worker_boots_without_a_trace_and_names_its_statements
     otlp: tuple[str, Received], stack: Callable[..., Any], demo_db: tuple[str, str]
 ) -> None:
     endpoint, received = otlp
-    s = await stack(endpoint, "surface-accounting", CLIENT_DB_URL=demo_db[1])
+    s = await stack(endpoint, "surface-accounting", DATAPLANE_CLIENT_DB_URL=demo_db[1])
     job_id, last = await _request(s, "accounting", "invoices", {"limit": 3})
     assert last.name == "done", last
 

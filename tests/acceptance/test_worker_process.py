@@ -168,7 +168,7 @@ def _boot(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
     clean.pop("SURFACE_QUEUE_TYPE", None)
-    clean.pop("CLIENT_DB_URL", None)
+    clean.pop("DATAPLANE_CLIENT_DB_URL", None)
     return subprocess.run(
         [sys.executable, "-m", "dataplane", "worker"],
         env={**clean, **env},
@@ -187,14 +187,17 @@ def _boot(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-nope"}, "unknown surface"),
         ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "probe"}, "surface-<id>"),
         ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-probe"}, "DATAPLANE_PROBE"),
-        ({"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-users"}, "CLIENT_DB_URL"),
+        (
+            {"MAESTRO_QUEUES_URL": "QDSN", "SURFACE_QUEUE_TYPE": "surface-users"},
+            "DATAPLANE_CLIENT_DB_URL",
+        ),
         (
             {
                 "MAESTRO_QUEUES_URL": "QDSN",
                 "SURFACE_QUEUE_TYPE": "surface-users",
-                "CLIENT_DB_URL": "ADMIN",
+                "DATAPLANE_CLIENT_DB_URL": "ADMIN",
             },
-            "CLIENT_DB_URL can write",
+            "DATAPLANE_CLIENT_DB_URL can write",
         ),
     ],
 )
@@ -240,7 +243,7 @@ async def test_cache_invalidation_reaches_every_worker_process(
     env = {
         "MAESTRO_QUEUES_URL": queue_dsn,
         "SURFACE_QUEUE_TYPE": "surface-users",
-        "CLIENT_DB_URL": demo_db[1],
+        "DATAPLANE_CLIENT_DB_URL": demo_db[1],
         "DATAPLANE_IDLE_MS": "200",
         "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
     }

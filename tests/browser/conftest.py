@@ -134,7 +134,7 @@ def stack(
         for surface in SURFACES:
             env = {**common, "SURFACE_QUEUE_TYPE": f"surface-{surface}"}
             if surface != "probe":
-                env["CLIENT_DB_URL"] = demo_db[1]
+                env["DATAPLANE_CLIENT_DB_URL"] = demo_db[1]
             workers.append(WorkerProcess(env, str(logs / f"worker-{surface}.log")))
         for deadline in ("60", "1"):
             bffs.append(

@@ -90,7 +90,7 @@ def test_compose_config_is_accepted_with_every_service_and_no_credential(tmp_pat
     # A worker runs surface code: it cannot mint tokens or stream URLs; capcom reads no
     # client DB; only the BFF holds the JWT secret.
     assert not {"DATAPLANE_JWT_SECRET", "DATAPLANE_STREAM_SECRET"} & set(env_of["worker"])
-    assert not {"DATAPLANE_JWT_SECRET", "CLIENT_DB_URL"} & set(env_of["capcom"])
+    assert not {"DATAPLANE_JWT_SECRET", "DATAPLANE_CLIENT_DB_URL"} & set(env_of["capcom"])
     assert [k for k, e in env_of.items() if "DATAPLANE_JWT_SECRET" in e] == ["bff"]
     values = [(tmp_path / name).read_text().strip() for name in ("pg_password", "metrics_token")]
     values += [v for e in env_of.values() for v in e.values()]

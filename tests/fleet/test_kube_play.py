@@ -112,7 +112,7 @@ def _adapt(pod: dict[str, Any], run: str, env: dict[str, str]) -> None:
     for c in spec["containers"]:
         for key in ("readinessProbe", "livenessProbe", "lifecycle", "ports"):
             c.pop(key, None)
-        kept = [e for e in c["env"] if e["name"] not in env and e["name"] != "CAPCOM_URL"]
+        kept = [e for e in c["env"] if e["name"] not in env and e["name"] != "DATAPLANE_CAPCOM_URL"]
         for e in kept:
             ref = e.get("valueFrom", {}).get("secretKeyRef")
             if ref:

@@ -59,7 +59,7 @@ def test_sigterm_exits_zero_within_the_grace(images: tuple[str, str]) -> None:
     name = f"dp-sigterm-{port}"
     podman(
         "run", "-d", "--name", name, "--read-only", "--network", "host",
-        "-e", f"CAPCOM_BIND=127.0.0.1:{port}", images[0], "capcom",
+        "-e", f"DATAPLANE_CAPCOM_BIND=127.0.0.1:{port}", images[0], "capcom",
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30

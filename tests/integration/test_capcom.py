@@ -114,8 +114,8 @@ async def open_hanging_listener(nursery: trio.Nursery) -> HangingListener:
 
 @pytest.fixture
 def capcom_env(queue_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAPCOM_TOKEN", TOKEN)
-    monkeypatch.setenv("CAPCOM_DB_URL", queue_dsn)
+    monkeypatch.setenv("DATAPLANE_CAPCOM_TOKEN", TOKEN)
+    monkeypatch.setenv("DATAPLANE_CAPCOM_DB_URL", queue_dsn)
     monkeypatch.delenv("DATAPLANE_METRICS", raising=False)
 
 
@@ -338,14 +338,14 @@ async def test_metrics_when_enabled(
 async def test_no_token_on_the_server_is_503(
     capcom_env: None, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, db: Database
 ) -> None:
-    monkeypatch.delenv("CAPCOM_TOKEN")
+    monkeypatch.delenv("DATAPLANE_CAPCOM_TOKEN")
     server = await start_capcom(nursery)
     async with httpx.AsyncClient(base_url=server.base) as client:
         resp = await client.post("/worker/job-finished", json=report_json(), headers=AUTH)
         ready = await client.get("/readyz")
     server.shutdown.set()
     assert resp.status_code == 503 and resp.json()["error"]["code"] == "NOT_CONFIGURED"
-    assert "CAPCOM_TOKEN" in resp.json()["error"]["message"]
+    assert "DATAPLANE_CAPCOM_TOKEN" in resp.json()["error"]["message"]
     assert ready.status_code == 503
     assert await runs(db) == 0
 
@@ -353,9 +353,11 @@ async def test_no_token_on_the_server_is_503(
 async def test_database_down_is_503_and_no_database_is_503(
     capcom_env: None, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CAPCOM_DB_URL", f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    monkeypatch.setenv(
+        "DATAPLANE_CAPCOM_DB_URL", f"postgresql://nobody@127.0.0.1:{free_port()}/none"
+    )
     down = await start_capcom(nursery)
-    monkeypatch.delenv("CAPCOM_DB_URL")
+    monkeypatch.delenv("DATAPLANE_CAPCOM_DB_URL")
     monkeypatch.delenv("MAESTRO_QUEUES_URL", raising=False)
     unset = await start_capcom(nursery)
     async with httpx.AsyncClient(timeout=30) as client:
@@ -367,7 +369,9 @@ async def test_database_down_is_503_and_no_database_is_503(
         resp = await client.post(
             f"{unset.base}/worker/job-finished", json=report_json(), headers=AUTH
         )
-        assert resp.status_code == 503 and "CAPCOM_DB_URL" in resp.json()["error"]["message"]
+        assert (
+            resp.status_code == 503 and "DATAPLANE_CAPCOM_DB_URL" in resp.json()["error"]["message"]
+        )
         # The token is still checked first: a stranger learns nothing about the set-up.
         resp = await client.post(f"{unset.base}/worker/job-finished", json=report_json())
         assert resp.status_code == 401
@@ -385,7 +389,7 @@ def test_served_under_asyncio_it_fails_at_startup_naming_k_trio() -> None:
             f"127.0.0.1:{free_port()}",
             "dataplane.capcom.app:app",
         ],
-        env={**os.environ, "CAPCOM_TOKEN": TOKEN},
+        env={**os.environ, "DATAPLANE_CAPCOM_TOKEN": TOKEN},
         capture_output=True,
         text=True,
         timeout=60,

@@ -63,7 +63,7 @@ async def test_pool_and_migration_lock_serve_through_the_second_host(
 async def test_a_read_only_client_db_pool_fails_over_the_same_way(
     bridge: object, refused_dsn: str
 ) -> None:
-    """CLIENT_DB_URL may be multi-host too (``target_session_attrs=prefer-standby`` for a
+    """DATAPLANE_CLIENT_DB_URL may be multi-host too (``target_session_attrs=prefer-standby`` for a
     replica first): a read-only pool serves through the second host, and is never
     refused for landing on a standby."""
     config = DatabaseConfig(refused_dsn.replace("read-write", "any"), pool_size=1, read_only=True)

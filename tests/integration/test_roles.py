@@ -207,7 +207,9 @@ async def test_the_fleet_serves_with_a_role_per_process(
     capcom_token = secrets.token_urlsafe(24)
     common = {"DATAPLANE_ALLOW_OWNER": "0", "DATAPLANE_PROBE": "1"}
     capcom = capcom_process(
-        {**common, "CAPCOM_DB_URL": logins["capcom"]}, str(tmp_path / "capcom.log"), capcom_token
+        {**common, "DATAPLANE_CAPCOM_DB_URL": logins["capcom"]},
+        str(tmp_path / "capcom.log"),
+        capcom_token,
     )
     worker = bff = None
     try:
@@ -218,8 +220,8 @@ async def test_the_fleet_serves_with_a_role_per_process(
                 "MAESTRO_QUEUES_URL": logins["worker"],
                 "SURFACE_QUEUE_TYPE": "surface-probe",
                 "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
-                "CAPCOM_URL": capcom.base,
-                "CAPCOM_TOKEN": capcom_token,
+                "DATAPLANE_CAPCOM_URL": capcom.base,
+                "DATAPLANE_CAPCOM_TOKEN": capcom_token,
             },
             str(tmp_path / "worker.log"),
         )

@@ -102,13 +102,17 @@ def test_one_worker_per_surface_and_tier_and_dev_tiers_scale_to_zero() -> None:
         env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["SURFACE_QUEUE_TYPE"]["value"] == queue_type
         assert env["DATAPLANE_METRICS_HOST"]["value"] == "0.0.0.0"
-        assert ("CLIENT_DB_URL" in env) == surfaces[queue_type.split("-")[1]].needs_client_db
+        assert ("DATAPLANE_CLIENT_DB_URL" in env) == surfaces[
+            queue_type.split("-")[1]
+        ].needs_client_db
         so = scaled[deployment["metadata"]["name"]]["spec"]
         assert so["minReplicaCount"] == (0 if queue_type.endswith("-dev") else 1)
         trigger = so["triggers"][0]
         assert trigger["type"] == "postgresql"
         assert trigger["metadata"]["query"] == f"SELECT maestro_queue_depth('{queue_type}')"
-    assert "CLIENT_DB_URL" not in str(workers["surface-probe"])  # probe needs no client DB
+    assert "DATAPLANE_CLIENT_DB_URL" not in str(
+        workers["surface-probe"]
+    )  # probe needs no client DB
 
 
 def test_every_pod_is_hardened_and_writes_only_tmp() -> None:
@@ -132,7 +136,7 @@ def test_credentials_are_referenced_never_embedded() -> None:
     for name, pod in pods(objs):
         for c in pod["containers"]:
             for e in c["env"]:
-                if CREDENTIAL.search(e["name"]) and e["name"] != "CAPCOM_URL":
+                if CREDENTIAL.search(e["name"]) and e["name"] != "DATAPLANE_CAPCOM_URL":
                     assert "value" not in e and "secretKeyRef" in e["valueFrom"], (name, e)
     auth = [o for o in objs if o["kind"] == "TriggerAuthentication"]
     assert auth[0]["spec"]["secretTargetRef"][0]["parameter"] == "connection"

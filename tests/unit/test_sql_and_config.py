@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from dataplane.bff.config import BffConfig
 from dataplane.core.errors import ConfigError
-from dataplane.core.settings import from_env
+from dataplane.core.settings import env_names, from_env
 from dataplane.db.sql import parse_queries, q, queries, sql_root
 from dataplane.queue import QueueConfig
 from dataplane.worker.config import WorkerConfig, WorkerProcessConfig
@@ -82,7 +83,7 @@ def test_settings_come_from_the_environment() -> None:
         "MAESTRO_LEASE_SECONDS": "90",
         "DATAPLANE_CONCURRENCY": "3",
         "DATAPLANE_PROBE": "1",
-        "CAPCOM_URL": "http://capcom",
+        "DATAPLANE_CAPCOM_URL": "http://capcom",
         "DATAPLANE_METRICS_PORT": "9464",
     }
     p = from_env(WorkerProcessConfig, env)
@@ -148,3 +149,29 @@ def test_the_claim_functions_constant_bound_is_the_largest_claim_batch() -> None
     body = text[text.index("AS $claim$") :]
     bounds = {int(n) for n in re.findall(r"LIMIT (\d+)", body)} - {1}  # LIMIT 1: a probe
     assert bounds == {MAX_CLAIM_BATCH}
+
+
+def test_an_old_setting_name_is_read_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 39's prefix rule: DATAPLANE_* for every name of ours; the names they replace
+    (CAPCOM_*, CLIENT_DB_URL) still work for one release, each warned about once."""
+    from dataplane.capcom.app import CapcomSettings
+    from dataplane.core import settings
+
+    settings._warned.clear()
+    caplog.set_level(logging.WARNING, logger="dataplane.core.settings")
+    old = {"CAPCOM_TOKEN": "t-old", "CAPCOM_DB_URL": "dbname=old", "MAESTRO_QUEUES_URL": "q"}
+    capcom = from_env(CapcomSettings, old)
+    assert (capcom.token, capcom.db_url) == ("t-old", "dbname=old")  # before the fallback
+    assert "CAPCOM_TOKEN is the old name of DATAPLANE_CAPCOM_TOKEN" in caplog.text
+    new = {**old, "DATAPLANE_CAPCOM_TOKEN": "t-new", "DATAPLANE_CAPCOM_DB_URL": "dbname=new"}
+    assert from_env(CapcomSettings, new).token == "t-new"
+    assert from_env(CapcomSettings, new).db_url == "dbname=new"
+    worker_env = {"CLIENT_DB_URL": "dbname=c", "CAPCOM_URL": "http://c"}
+    worker_env["SURFACE_QUEUE_TYPE"] = "surface-probe"
+    worker = from_env(WorkerProcessConfig, worker_env)
+    assert (worker.client_db_url, worker.capcom_url) == ("dbname=c", "http://c")
+    before = caplog.text.count("is the old name of")
+    from_env(CapcomSettings, old)
+    assert caplog.text.count("is the old name of") == before  # once per name and process
+    names = {n for cls in (CapcomSettings, WorkerProcessConfig) for n in env_names(cls).values()}
+    assert all(n.startswith(("DATAPLANE_", "MAESTRO_", "SURFACE_", "OTEL_")) for n in names)
