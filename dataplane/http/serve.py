@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import hypercorn.config
@@ -51,17 +53,36 @@ SHUTDOWN_GRACE = 5.0  # seconds requests in flight may take after SIGTERM, then 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-_stopping: trio.Event | None = None
+class _Stop:
+    """This process's server got its stop signal; the scopes to cancel when it does."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.scopes: set[trio.CancelScope] = set()
+
+    def begin(self) -> None:
+        self.stopped = True
+        for scope in list(self.scopes):
+            scope.cancel()
 
 
-def stopping() -> trio.Event:
-    """Set when this process's server got its stop signal (SIGTERM, SIGINT) and the
-    shutdown grace began: a request that waits for something (``Prefer: wait``)
-    answers now instead of being cut at the grace's end."""
-    global _stopping
-    if _stopping is None:
-        _stopping = trio.Event()
-    return _stopping
+_STOP = _Stop()
+
+
+@contextmanager
+def cancelled_on_stop() -> Iterator[trio.CancelScope]:
+    """A cancel scope cancelled when the server gets its stop signal (SIGTERM, SIGINT)
+    and the shutdown grace begins (at once if it already has): a request that waits
+    for something (``Prefer: wait``) answers then instead of being cut at the grace's
+    end. A set entry, not a task per request: waiting costs nothing until the signal."""
+    with trio.CancelScope() as scope:
+        if _STOP.stopped:
+            scope.cancel()
+        _STOP.scopes.add(scope)
+        try:
+            yield scope
+        finally:
+            _STOP.scopes.discard(scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +124,7 @@ async def serve_app(
                     signal.Signals(signum).name,
                     shutdown_grace_seconds,
                 )
-                stopping().set()
+                _STOP.begin()
                 return
 
         await hypercorn.trio.serve(app, config, shutdown_trigger=wait_for_stop)

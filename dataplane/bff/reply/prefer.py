@@ -48,7 +48,7 @@ from dataplane.bff.plane import Plane
 from dataplane.bff.reply.pump import Heard, ReplyPump
 from dataplane.core.errors import DatabaseError
 from dataplane.http import json_response
-from dataplane.http.serve import stopping
+from dataplane.http.serve import cancelled_on_stop
 from dataplane.queue import JobRow, QueueClient
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,6 @@ async def wait_finished(
     seconds: float,
     *,
     heard_before: Heard | None = None,
-    stop: trio.Event | None = None,
 ) -> JobRow | None:
     """The job's finished row if it finishes within ``seconds``, else None.
 
@@ -103,10 +102,9 @@ async def wait_finished(
     then the waiter alone hears the finish), nor when the notify that went by carried
     the answer (:meth:`ReplyPump.answered`; the caller enqueued the job: it is its
     owner). The waiter is discarded however this ends (an answer, the time up, or the
-    request cancelled by a client that went away). ``stop`` set (the server's shutdown
-    grace began: :func:`~dataplane.http.serve.stopping`) ends the wait at once: the
-    caller answers 202 with the job's URLs rather than be cut at the grace's end."""
-    stop = stop if stop is not None else trio.Event()
+    request cancelled by a client that went away). The server's stop signal ends the
+    wait at once (:func:`~dataplane.http.serve.cancelled_on_stop`): the caller answers
+    202 with the job's URLs rather than be cut at the grace's end."""
     waiter = pump.add(job_id)
     try:
         if heard_before is None or pump.may_have_missed(job_id, heard_before):
@@ -120,20 +118,11 @@ async def wait_finished(
                 rows = []
             if rows:
                 return rows[0]
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on, stop, nursery.cancel_scope)
-                row = await waiter.wait()
-                nursery.cancel_scope.cancel()
-                return row
+        with trio.move_on_after(seconds), cancelled_on_stop():
+            return await waiter.wait()
         return None
     finally:
         pump.discard(waiter)
-
-
-async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
 
 
 async def respond(
@@ -149,9 +138,7 @@ async def respond(
     wait = min(prefer.wait or 0, p.config.max_prefer_wait_seconds)
     if wait > 0:
         applied.append(f"wait={wait}")
-        row = await wait_finished(
-            p.pump, p.queue, job_id, wait, heard_before=heard, stop=stopping()
-        )
+        row = await wait_finished(p.pump, p.queue, job_id, wait, heard_before=heard)
         if row is not None:
             resp = json_response(answer(p, row, grant), 200)
             resp.headers["Content-Location"] = queued.headers["Location"]
