@@ -42,12 +42,25 @@ def bearer(p: Plane) -> Auth:
         raise ApiError(401, str(exc)) from None
 
 
-NOT_MIGRATED = frozenset({"42P01", "42883"})  # undefined table, undefined function
+# What a statement of this release meets on a schema older than it (Postgres's SQLSTATE
+# table): a table, column, function, type or schema the migrations add, missing. All of
+# class 42's "undefined" codes that a name in our SQL can raise; no data error is here
+# (a violated constraint is a bug or bad input, not an old schema).
+NOT_MIGRATED = frozenset(
+    {
+        "42P01",  # undefined_table
+        "42703",  # undefined_column
+        "42883",  # undefined_function
+        "42704",  # undefined_object (a type, an index named in ON CONFLICT)
+        "3F000",  # invalid_schema_name
+    }
+)
 
 
 def refuse_unmigrated(exc: DatabaseError) -> None:
-    """A queue DB without this release's schema (the BFF started before ``dataplane
-    migrate`` finished) answers 503 with Retry-After, saying so: not a 500."""
+    """A queue DB without (all of) this release's schema (the BFF started before
+    ``dataplane migrate`` finished, or a migration is missing) answers 503 with
+    Retry-After, saying so: not a 500."""
     if exc.sqlstate in NOT_MIGRATED:
         raise ApiError(
             503, "the queue database is not migrated yet: run `dataplane migrate`"

@@ -19,7 +19,7 @@ start, makes ``/healthz`` answer 503 too: the process cannot recover by itself.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -60,6 +60,8 @@ class Plane:
     verifier: JwtVerifier
     tokens: StreamTokens
     migrated: bool = False  # /readyz saw every migration of this release applied
+    schema_checked_at: float = float("-inf")  # when /readyz last read the migrations
+    schema_missing: list[str] = field(default_factory=list)  # what that read lacked
 
     def queue_type(self, surface: Surface) -> QueueType:
         return surface.queue_type(self.config.queue_suffix)

@@ -29,6 +29,7 @@ from dataplane.queue.migrations import pending
 from telemetry.otel import prometheus_text
 
 READY_TIMEOUT = 2.0  # seconds /readyz may spend on its DB check
+SCHEMA_RECHECK = 30.0  # seconds a migrated schema is trusted before /readyz reads it again
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
@@ -79,9 +80,15 @@ async def readyz() -> Response:
         try:
             await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
             checks["queueDb"] = True
-            if not current.migrated:  # once seen, a schema stays migrated
+            now = trio.current_time()
+            if not current.migrated or now - current.schema_checked_at >= SCHEMA_RECHECK:
+                # Rechecked while migrated too: a restored or rebuilt database may lack
+                # migrations the BFF saw applied (a cheap read, once per interval).
                 missing = await pending(current.db, call_timeout=READY_TIMEOUT)
-                current.migrated = not missing
+                current.migrated, current.schema_checked_at = not missing, now
+                current.schema_missing = missing
+            if not current.migrated:
+                missing = current.schema_missing
                 why = f"the queue database lacks {len(missing)} migration(s) from "
                 why += f"{missing[0] if missing else '-'}: run `dataplane migrate`"
             checks["migrated"] = current.migrated

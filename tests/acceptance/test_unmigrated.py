@@ -57,3 +57,38 @@ async def test_an_unmigrated_queue_db_is_not_ready_and_refuses_with_503(
         assert accepted.status_code == 202, accepted.text
         status, _, events = await read_sse(http, accepted.json()["streamUrl"])
         assert status == 200 and events[-1].name == "done"
+
+
+async def test_a_partly_migrated_schema_is_a_503_and_readyz_notices_it(
+    bff_env: dict[str, str],
+    queue_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    bridge: Any,
+) -> None:
+    """Issue 38 item 9: with migration 0010 undone (its column dropped, its record gone)
+    a DELETE met 42703 and answered 500, and /readyz, once it had seen the schema
+    migrated, never looked again. Now every "schema older than the code" error is a 503
+    with Retry-After, and /readyz reads the migrations again every SCHEMA_RECHECK."""
+    from dataplane.bff import site
+
+    monkeypatch.setattr(site, "SCHEMA_RECHECK", 0.3)
+    base, _app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        await wait_until(lambda: _status(http, "/readyz", 200), within=10)
+        body = (await post(http, "probe", "echo", {"value": "pending"})).json()
+        async with open_database(DatabaseConfig(queue_dsn), loop=bridge) as db:
+            await db.execute("ALTER TABLE maestro_queues DROP COLUMN withdrawn")
+            await db.execute("DELETE FROM dataplane_migrations WHERE version LIKE '0010%'")
+        refused = await http.delete(body["pollUrl"])
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"]
+        assert "dataplane migrate" in refused.json()["error"]["message"]
+        await wait_until(lambda: _status(http, "/readyz", 503), within=10)
+        ready = (await http.get("/readyz")).json()
+        assert ready["checks"]["migrated"] is False and "0010" in ready["reason"]
+    shutdown.set()
+
+
+async def _status(http: httpx.AsyncClient, path: str, status: int) -> bool:
+    return (await http.get(path)).status_code == status
