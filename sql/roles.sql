@@ -42,7 +42,7 @@ BEGIN
     -- blob and the schema's version; the growth watch's ANALYZE (MAINTAIN, Postgres 17+;
     -- before 17 a non-owner's ANALYZE is skipped with a warning, autovacuum does it).
     GRANT SELECT, INSERT ON maestro_queues TO dataplane_bff;
-    GRANT UPDATE (requesters, withdrawn, status, completed_at) ON maestro_queues
+    GRANT UPDATE (requesters, requested_by, withdrawn, status, completed_at) ON maestro_queues
         TO dataplane_bff;
     GRANT SELECT ON surface_result_blobs, dataplane_migrations TO dataplane_bff;
     IF current_setting('server_version_num')::int >= 170000 THEN

@@ -29,7 +29,7 @@ def _error_responses(*statuses: int) -> dict[str, Any]:
     text = {
         400: "Bad request: malformed body, unknown operation field or parameter mismatch",
         401: "No, invalid or expired token",
-        403: "A gate refused the caller",
+        403: "A gate refused the caller (a DELETE: the caller did not request the job)",
         404: "Unknown surface, operation or job (or not the caller's)",
         409: "The job is not pending (running or finished): it cannot be cancelled",
         413: "Body over 64 KiB",
@@ -212,7 +212,7 @@ def _job_path(sid: str) -> dict[str, Any]:
                         "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
                     },
                 },
-                **_error_responses(401, 404, 409, 503),
+                **_error_responses(401, 403, 404, 409, 503),
             },
         },
     }

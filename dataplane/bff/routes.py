@@ -181,14 +181,17 @@ async def enqueue(surface_id: str) -> Response:
 async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:
     """Enqueue under backpressure: over a limit, only attaching to a live job is allowed."""
     queue_type = p.queue_type(surface).name
+    requester = requester_of(env.auth.client, env.auth.user_id)  # who may withdraw
     try:
         p.load.check(queue_type, env.auth.client)
     except QueueFull:
-        attached = await p.queue.attach(env.dedupe_key)
+        attached = await p.queue.attach(env.dedupe_key, requester)
         if attached is None:
             raise
         return attached
-    result = await p.enqueuer.enqueue(queue_type, env.dedupe_key, env.to_json())
+    result = await p.enqueuer.enqueue(
+        queue_type, env.dedupe_key, env.to_json(), requester=requester
+    )
     if not result.coalesced:
         p.load.added(queue_type, env.auth.client)
     return result
@@ -214,7 +217,8 @@ async def poll(surface_id: str, job_id: str) -> Response:
 async def cancel(surface_id: str, job_id: str) -> Response:
     """Withdraw this requester from a pending job; the last requester cancels it. A
     requester withdraws once: a repeated DELETE (with the URL token or the bearer JWT)
-    answers what the first did and withdraws nobody else."""
+    answers what the first did and withdraws nobody else. A caller who did not request
+    the job (a colleague of the same client and scope) is refused with 403."""
     p = plane()
     surface = surface_of(p, surface_id)
     target = job_target(p, surface, job_id)
@@ -224,6 +228,8 @@ async def cancel(surface_id: str, job_id: str) -> Response:
     if outcome.status == "cancelled":
         instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
         return json_response({"jobId": str(row.id), "status": "cancelled"})
+    if outcome.status == "not_requester":
+        raise ApiError(403, "only a requester of this job may withdraw from it")
     if outcome.status in ("pending", "withdrawn"):  # coalesced requesters keep the job alive
         body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}
         return json_response(body, 202)

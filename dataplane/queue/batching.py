@@ -104,10 +104,11 @@ class Enqueuer:
         payload: Mapping[str, Any],
         *,
         max_dequeues: int | None = None,
+        requester: str | None = None,
     ) -> EnqueueResult:
         """Insert a job, or attach to the live one with the same dedupe key."""
         params = self.queue.enqueue_params(
-            queue_type, dedupe_key, payload, max_dequeues=max_dequeues
+            queue_type, dedupe_key, payload, max_dequeues=max_dequeues, requester=requester
         )
         if self._running and self._in_flight and not tracing_on():
             waiting = _Waiting(params)

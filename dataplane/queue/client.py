@@ -82,9 +82,13 @@ class QueueClient(QueueReaders):
         payload: Mapping[str, Any],
         *,
         max_dequeues: int | None = None,
+        requester: str | None = None,
     ) -> EnqueueResult:
-        """Insert a job, or attach to the live one with the same dedupe key."""
-        params = self.enqueue_params(queue_type, dedupe_key, payload, max_dequeues=max_dequeues)
+        """Insert a job, or attach to the live one with the same dedupe key; ``requester``
+        (who may withdraw: :meth:`cancel`) is recorded on the row, once."""
+        params = self.enqueue_params(
+            queue_type, dedupe_key, payload, max_dequeues=max_dequeues, requester=requester
+        )
         return await self.enqueue_prepared(params)
 
     async def enqueue_prepared(self, params: dict[str, Any]) -> EnqueueResult:
@@ -103,8 +107,11 @@ class QueueClient(QueueReaders):
         payload: Mapping[str, Any],
         *,
         max_dequeues: int | None = None,
+        requester: str | None = None,
     ) -> dict[str, Any]:
         """One enqueue's statement parameters, checked (:class:`InvalidArgument`)."""
+        if requester is not None and (not isinstance(requester, str) or not requester):
+            raise InvalidArgument("requester must be a non-empty string or None")
         type_name = check_queue_type(queue_type)
         if not isinstance(dedupe_key, str) or not dedupe_key:
             raise InvalidArgument("dedupe_key must be a non-empty string")
@@ -121,6 +128,7 @@ class QueueClient(QueueReaders):
             "payload": to_json(payload, what="payload"),
             "max_dequeues": cutoff,
             "client": client if isinstance(client, str) else "",
+            "requester": requester,
         }
 
     async def insert_many(self, items: Sequence[Mapping[str, Any]]) -> dict[str, EnqueueResult]:
@@ -139,6 +147,7 @@ class QueueClient(QueueReaders):
                 "payloads": [item["payload"] for item in items],
                 "max_dequeues": [item["max_dequeues"] for item in items],
                 "clients": [item["client"] for item in items],
+                "requesters": [item.get("requester") for item in items],
             },
         )
         return {
@@ -146,10 +155,11 @@ class QueueClient(QueueReaders):
             for row in rows
         }
 
-    async def attach(self, dedupe_key: str) -> EnqueueResult | None:
+    async def attach(self, dedupe_key: str, requester: str | None = None) -> EnqueueResult | None:
         """Attach to the live job of ``dedupe_key`` if there is one; never adds a row
         (what a caller under backpressure may still do)."""
-        row = await self.db.fetchone(q("job_attach"), {"dedupe_key": dedupe_key})
+        params = {"dedupe_key": dedupe_key, "requester": requester}
+        row = await self.db.fetchone(q("job_attach"), params)
         if row is None:
             return None
         return EnqueueResult(row["id"], row["coalesced"], row["status"], row["traceparent"])
@@ -285,6 +295,7 @@ class QueueClient(QueueReaders):
 
     async def cancel(self, job_id: uuid.UUID | str, requester: str) -> CancelResult:
         """``requester`` withdraws from a pending job; the last requester cancels it.
+        Of a job whose requesters were recorded, anyone else is ``"not_requester"``.
 
         A requester withdraws once: a second call by the same one changes nothing and
         answers ``"withdrawn"`` with the requesters left. A running or finished job is

@@ -54,7 +54,9 @@ FINISHED_STATUSES = ("done", "poison", "cancelled")
 class CancelResult:
     """What a cancel did: ``"cancelled"``; ``"pending"`` (other requesters keep the job,
     ``requesters`` of them); ``"withdrawn"`` (this requester had withdrawn already:
-    nothing changed); or ``None`` (not pending: running, finished or unknown)."""
+    nothing changed); ``"not_requester"`` (the job names its requesters and this is
+    not one: nothing changed); or ``None`` (not pending: running, finished or unknown).
+    ``requesters``: those still waiting on it."""
 
     status: str | None
     requesters: int

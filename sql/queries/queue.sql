@@ -8,12 +8,18 @@
 -- row: an identical job committed after this statement's snapshot; run it again.
 WITH attached AS (
     UPDATE maestro_queues
-    SET requesters = requesters + 1
+    SET requesters = requesters + 1,
+        requested_by = CASE  -- a requester named once; unknown ones end the list
+            WHEN requested_by IS NULL OR %(requester)s::text IS NULL THEN NULL
+            WHEN %(requester)s::text = ANY (requested_by) THEN requested_by
+            ELSE array_append(requested_by, %(requester)s::text)
+        END
     WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress')
     RETURNING id, status, payload ->> 'traceparent' AS traceparent
 ), ins AS (
-    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)
-    SELECT %(type)s, %(dedupe_key)s, %(payload)s::jsonb, %(max_dequeues)s, %(client)s
+    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client, requested_by)
+    SELECT %(type)s, %(dedupe_key)s, %(payload)s::jsonb, %(max_dequeues)s, %(client)s,
+           CASE WHEN %(requester)s::text IS NOT NULL THEN ARRAY[%(requester)s::text] END
     WHERE NOT EXISTS (SELECT 1 FROM attached)
     ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
     RETURNING id, status
@@ -43,11 +49,12 @@ WHERE (SELECT count(*) FROM relaxed) >= 0;
 WITH v AS (
     SELECT *
     FROM unnest(%(types)s::text[], %(dedupe_keys)s::text[], %(payloads)b::text[],
-                %(max_dequeues)s::int[], %(clients)s::text[])
-         AS v(type, dedupe_key, payload, max_dequeues, client)
+                %(max_dequeues)s::int[], %(clients)s::text[], %(requesters)s::text[])
+         AS v(type, dedupe_key, payload, max_dequeues, client, requester)
 ), ins AS (
-    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)
-    SELECT v.type, v.dedupe_key, v.payload::jsonb, v.max_dequeues, v.client
+    INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client, requested_by)
+    SELECT v.type, v.dedupe_key, v.payload::jsonb, v.max_dequeues, v.client,
+           CASE WHEN v.requester IS NOT NULL THEN ARRAY[v.requester] END
     FROM v
     ORDER BY v.dedupe_key
     ON CONFLICT (dedupe_key) WHERE status IN ('pending', 'in_progress') DO NOTHING
@@ -66,7 +73,12 @@ WITH relaxed AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 UPDATE maestro_queues
-SET requesters = requesters + 1
+SET requesters = requesters + 1,
+    requested_by = CASE  -- as in job_enqueue
+        WHEN requested_by IS NULL OR %(requester)s::text IS NULL THEN NULL
+        WHEN %(requester)s::text = ANY (requested_by) THEN requested_by
+        ELSE array_append(requested_by, %(requester)s::text)
+    END
 FROM relaxed
 WHERE dedupe_key = %(dedupe_key)s AND status IN ('pending', 'in_progress')
 RETURNING id, status, true AS coalesced, payload ->> 'traceparent' AS traceparent;
@@ -236,25 +248,49 @@ UNLISTEN {channel};
 SELECT 1;
 
 -- name: job_cancel
--- A requester withdraws from a pending job: one requester fewer, and the job is
--- cancelled (its streams hear of it on the done channel) when none is left. Each
--- requester withdraws once (`withdrawn` names those who did): a second withdrawal by
--- the same one changes nothing and answers 'withdrawn'. A running or finished job is
--- left alone; the answer says what the row now is.
+-- A requester withdraws from a pending job, once (`withdrawn` names those who did: a
+-- second withdrawal changes nothing and answers 'withdrawn'). Where the row names its
+-- requesters (`requested_by`), only one of them may withdraw ('not_requester' for
+-- anyone else) and the job is cancelled (its streams hear of it on the done channel)
+-- when every one has; a row that names none counts (`requesters`): the last withdrawal
+-- cancels. `requesters` in the answer: those still waiting. A running or finished job
+-- is left alone; the answer says what the row now is.
 WITH c AS (
     UPDATE maestro_queues q
     SET requesters = q.requesters - 1,
         withdrawn = array_append(q.withdrawn, %(requester)s::text),
-        status = CASE WHEN q.requesters <= 1 THEN 'cancelled' ELSE q.status END,
-        completed_at = CASE WHEN q.requesters <= 1 THEN now() END
+        -- None left once this one goes (the row as locked: a concurrent withdrawal's
+        -- commit is seen, so the last of two at once cancels).
+        status = CASE WHEN CASE
+                WHEN q.requested_by IS NULL THEN q.requesters <= 1
+                ELSE q.requested_by <@ array_append(q.withdrawn, %(requester)s::text)
+            END THEN 'cancelled' ELSE q.status END,
+        completed_at = CASE WHEN CASE
+                WHEN q.requested_by IS NULL THEN q.requesters <= 1
+                ELSE q.requested_by <@ array_append(q.withdrawn, %(requester)s::text)
+            END THEN now() END
     WHERE q.id = %(id)s AND q.status = 'pending'
       AND NOT (%(requester)s::text = ANY (coalesce(q.withdrawn, '{}')))
-    RETURNING q.id, q.type, q.status, q.requesters
-), again AS (
-    SELECT q.id, 'withdrawn'::text AS status, q.requesters
+      AND (q.requested_by IS NULL OR %(requester)s::text = ANY (q.requested_by))
+    RETURNING q.id, q.type, q.status,
+              CASE
+                  WHEN q.requested_by IS NULL THEN greatest(q.requesters, 0)
+                  ELSE (SELECT count(*) FROM unnest(q.requested_by) AS r(who)
+                        WHERE NOT r.who = ANY (q.withdrawn))
+              END AS requesters
+), still AS (
+    SELECT q.id,
+           CASE WHEN %(requester)s::text = ANY (coalesce(q.withdrawn, '{}'))
+                THEN 'withdrawn' ELSE 'not_requester' END AS status,
+           CASE
+               WHEN q.requested_by IS NULL THEN q.requesters
+               ELSE (SELECT count(*) FROM unnest(q.requested_by) AS r(who)
+                     WHERE NOT r.who = ANY (coalesce(q.withdrawn, '{}')))
+           END AS requesters
     FROM maestro_queues q
     WHERE q.id = %(id)s AND q.status = 'pending'
-      AND %(requester)s::text = ANY (q.withdrawn)
+      AND (%(requester)s::text = ANY (coalesce(q.withdrawn, '{}'))
+           OR (q.requested_by IS NOT NULL AND NOT %(requester)s::text = ANY (q.requested_by)))
 )
 SELECT c.id, c.status, c.requesters
 FROM c
@@ -262,7 +298,7 @@ LEFT JOIN LATERAL (
     SELECT pg_notify(maestro_done_channel(c.type), c.id::text) WHERE c.status = 'cancelled'
 ) AS n ON true
 UNION ALL
-SELECT again.id, again.status, again.requesters FROM again;
+SELECT still.id, still.status, still.requesters FROM still;
 
 -- name: job_get_owned
 -- One job for its owner only (the BFF's poll, stream and blob reads): the type (which

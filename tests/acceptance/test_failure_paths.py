@@ -137,6 +137,42 @@ async def test_cancel_a_pending_job_ends_its_stream_and_it_never_runs(
     shutdown.set()
 
 
+async def test_only_a_requester_withdraws_and_a_double_attach_withdraws_once(
+    bff_env: dict[str, str], nursery: trio.Nursery, queue: QueueClient
+) -> None:
+    """Issue 38 item 7: the row counted numbers, not requesters. carol, of alice's and
+    bob's client and scope, never asked for their job: her DELETE used to withdraw one
+    of them and cancel the job under the other; now it is a 403 that changes nothing.
+    And dave, who attached twice to his own job, could never withdraw (two counted, one
+    withdrawal each): now one DELETE cancels it."""
+    alice, bob, carol, dave = (token(staff=True, sub=u) for u in ("alice", "bob", "carol", "dave"))
+    base, _app, shutdown = await start_bff(nursery)
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:  # no worker: pending
+        mine = (await post(http, "probe", "echo", {"value": "shared"}, alice)).json()
+        theirs = (await post(http, "probe", "echo", {"value": "shared"}, bob)).json()
+        assert theirs["jobId"] == mine["jobId"]
+        job = f"/api/probe/q/{mine['jobId']}"
+        for _ in range(2):
+            refused = await http.delete(job, headers=bearer(carol))
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "FORBIDDEN"
+        row = await queue.get(mine["jobId"])
+        assert row is not None and row.status == "pending"
+        withdrawn = await http.delete(mine["pollUrl"])
+        assert withdrawn.status_code == 202 and withdrawn.json()["requesters"] == 1
+        again = await http.delete(job, headers=bearer(alice))
+        assert again.status_code == 202 and again.json()["requesters"] == 1
+        cancelled = await http.delete(theirs["pollUrl"])
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+
+        first = (await post(http, "probe", "echo", {"value": "dave's"}, dave)).json()
+        second = (await post(http, "probe", "echo", {"value": "dave's"}, dave)).json()
+        assert second["coalesced"] and second["jobId"] == first["jobId"]
+        once = await http.delete(second["pollUrl"])
+        assert once.status_code == 200 and once.json()["status"] == "cancelled", once.text
+    shutdown.set()
+
+
 async def test_a_requester_withdraws_once_however_often_it_deletes(
     bff_env: dict[str, str],
     nursery: trio.Nursery,
@@ -179,9 +215,10 @@ async def test_a_coalesced_job_is_not_cancelled_by_one_of_its_requesters(
     spawn_worker: Callable[..., Any],
 ) -> None:
     base, _app, shutdown = await start_bff(nursery)
+    erin = token(staff=True, sub="erin")  # a second requester (one user is one requester)
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         first = (await post(http, "probe", "echo", {"value": "shared"})).json()
-        second = (await post(http, "probe", "echo", {"value": "shared"})).json()
+        second = (await post(http, "probe", "echo", {"value": "shared"}, erin)).json()
         assert second["coalesced"] and second["jobId"] == first["jobId"]
         withdrawn = await http.delete(first["pollUrl"])
         assert withdrawn.status_code == 202 and withdrawn.json()["requesters"] == 1
