@@ -121,8 +121,8 @@ from bench.harness.stack import migrate_schema, stack_env, start_bff, wait_servi
 from dataplane.bff.auth.verifier import mint_token
 from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, open_bridge, open_database
-from dataplane.queue.maintenance import MAINTENANCE_SECONDS
-from dataplane.queue.reaper import RetentionConfig, reap_once
+from dataplane.maintenance.retention import RetentionConfig, reap_once
+from dataplane.maintenance.schedule import MAINTENANCE_SECONDS
 
 JWT_SECRET = "bench-soak-secret-that-is-long-enough-for-hs256!"
 DEMO_SURFACES = ("users", "learnerviews", "accounting", "skills")

@@ -80,7 +80,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _cmd_maintenance(args: argparse.Namespace) -> int:
-    from dataplane.queue.maintenance import Maintenance
+    from dataplane.maintenance.schedule import Maintenance
 
     async with open_bridge(), _queue_db("maintenance") as db:
         maintenance = Maintenance(db, interval=args.interval)

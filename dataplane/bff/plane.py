@@ -3,7 +3,7 @@
 :func:`serve_plane` is its lifetime, a task of the app's lifespan nursery: the
 bridge loop, the queue DB pool, the enqueuer (:mod:`dataplane.queue.batching`), the
 reply pump, the backpressure gauge and the tables' growth watch
-(:mod:`dataplane.queue.growth`), until the app shuts down.
+(:mod:`dataplane.maintenance.growth`), until the app shuts down.
 :class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
 plane once it is up, or why it is not.
 
@@ -31,9 +31,9 @@ from dataplane.bff.reply.pump import ReplyPump
 from dataplane.core.errors import ConfigError
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.db.session import wait_session_pooling
+from dataplane.maintenance.growth import GrowthWatch
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.batching import Enqueuer
-from dataplane.queue.growth import GrowthWatch
 from dataplane.queue.roles import refuse_owner
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import initialise

@@ -7,7 +7,7 @@ a waiting session costs nothing, and when the holder lets go Postgres grants the
 to exactly one waiter, the longest waiting. A hand-over between processes that wakes
 one of them, not all (the workers' on-call lock). An advisory lock needs no privilege,
 so any role that may connect can take one: elections that must be the plane's are rows
-of ``dataplane_elections`` (:mod:`dataplane.queue.elections`), not locks.
+of ``dataplane_elections`` (:mod:`dataplane.maintenance.elections`), not locks.
 
 Failure handling: a statement that fails, times out or is cancelled
 closes the session, and with it every lock it held or waited for; a holder, who runs

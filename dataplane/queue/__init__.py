@@ -9,13 +9,10 @@
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
   claim, renew, complete, fail, release), fenced where a claimer writes;
 * :mod:`~dataplane.queue.readers`: the statements that only read (the client's);
-* :mod:`~dataplane.queue.reaper`, :mod:`~dataplane.queue.maintenance`: maintenance
-  passes (retention, lapsed last claims) and their elected schedule;
-* :mod:`~dataplane.queue.growth`: a table that outgrew its statistics is analyzed, so
-  plans made on a small queue are made again (the BFF's watch);
 * :mod:`~dataplane.queue.migrations`: the ordered schema migrations.
 
-It builds on :mod:`dataplane.db` only; the BFF and the worker build on it.
+It builds on :mod:`dataplane.db` only; the fleet's maintenance (:mod:`dataplane.maintenance`),
+the BFF and the worker build on it.
 """
 
 from dataplane.queue.blobs import Blob, StoredBlob

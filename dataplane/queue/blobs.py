@@ -20,7 +20,7 @@ States of a blob (``surface_result_blobs``)::
   wrong ones.
 * **Expiry**: an expired blob is never read (every read checks ``expires_at``), and
   the maintenance pass deletes expired blobs in bounded batches
-  (:func:`delete_expired`, run by :mod:`dataplane.queue.reaper`).
+  (:func:`delete_expired`, run by :mod:`dataplane.maintenance.retention`).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.core.settings import nested, setting
+from dataplane.maintenance.retention import RetentionConfig
+from dataplane.maintenance.sampler import SAMPLE_SECONDS
+from dataplane.maintenance.schedule import MAINTENANCE_SECONDS
 from dataplane.queue import QueueConfig, QueueType
-from dataplane.queue.maintenance import MAINTENANCE_SECONDS
-from dataplane.queue.reaper import RetentionConfig
-from dataplane.queue.sampler import SAMPLE_SECONDS
 from dataplane.surfaces import SurfacesConfig
 
 # Jobs a worker runs at once. 64, not DESIGN.md's first 8: a claim, a completion and

@@ -16,9 +16,9 @@ of this package:
 * the :class:`~dataplane.worker.pipeline.deadlines.HandlerDeadlines`, cancelling an execution
   past its operation's timeout;
 * the :class:`~dataplane.worker.claims.completer.Completer`, committing in batches;
-* the :class:`~dataplane.queue.maintenance.Maintenance` schedule (retention and lapsed
+* the :class:`~dataplane.maintenance.schedule.Maintenance` schedule (retention and lapsed
   leases, elected across the fleet, busy or not);
-* the :class:`~dataplane.queue.sampler.QueueSampler` (queue depth gauges, one elected
+* the :class:`~dataplane.maintenance.sampler.QueueSampler` (queue depth gauges, one elected
   worker of the fleet);
 * the reporter (the capcom sender), when it has a ``run`` of its own;
 
@@ -38,9 +38,9 @@ import trio
 
 from dataplane.db import Database, Gap, Notification
 from dataplane.db.lock import SessionLock, outsider_holding
+from dataplane.maintenance.sampler import QueueSampler
+from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.maintenance import Maintenance
-from dataplane.queue.sampler import QueueSampler
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.claims.claimer import Claimer
 from dataplane.worker.claims.completer import Completer

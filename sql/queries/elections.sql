@@ -1,4 +1,4 @@
--- Elections held in a row of dataplane_elections (dataplane/queue/elections.py).
+-- Elections held in a row of dataplane_elections (dataplane/maintenance/elections.py).
 
 -- name: election_take
 -- Take or renew the election `name` for `seconds`: a row back when this holder holds

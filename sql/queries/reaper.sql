@@ -1,4 +1,4 @@
--- Statements of the reaper (dataplane/queue/reaper.py). Deletes go in bounded
+-- Statements of the reaper (dataplane/maintenance/retention.py). Deletes go in bounded
 -- batches so no single statement holds many row locks on the hot table.
 
 -- name: reap_done

@@ -1,4 +1,4 @@
--- Statements of the queue sampler (dataplane/queue/sampler.py): one elected worker of
+-- Statements of the queue sampler (dataplane/maintenance/sampler.py): one elected worker of
 -- the fleet reads the queue's shape every few seconds for the depth gauges.
 
 -- name: queue_depth_sample

@@ -1,5 +1,5 @@
 """The BFF's growth watch: a queue table that outgrew its statistics is analyzed by
-the running BFF within seconds (``dataplane/queue/growth.py``), not a minute later
+the running BFF within seconds (``dataplane/maintenance/growth.py``), not a minute later
 by autovacuum."""
 
 from __future__ import annotations

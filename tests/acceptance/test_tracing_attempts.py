@@ -517,7 +517,7 @@ async def test_a_job_whose_last_worker_died_is_poisoned_by_maintenance_in_its_tr
     # One line, logged inside the poison span: it carries the request's trace id.
     lines = [json.loads(x) for x in maintainer.output().splitlines() if x.startswith("{")]
     (line,) = [x for x in lines if job_id in x["message"]]
-    assert line["level"] == "WARNING" and line["logger"] == "dataplane.queue.maintenance"
+    assert line["level"] == "WARNING" and line["logger"] == "dataplane.maintenance.schedule"
     assert line["message"] == (
         f"job {job_id} (surface-probe, attempt 1/1): poisoned, the lease of its last "
         "attempt lapsed (reason lease_lapsed, found by maintenance)"

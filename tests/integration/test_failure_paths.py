@@ -13,10 +13,10 @@ import trio
 from dataplane_lms import users
 
 from dataplane.db import Database, DatabaseConfig, Notification, open_database, with_params
+from dataplane.maintenance.retention import RetentionConfig
+from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient, done_channel
 from dataplane.queue.envelope import Auth
-from dataplane.queue.maintenance import Maintenance
-from dataplane.queue.reaper import RetentionConfig
 from tests.conftest import wait_until
 from tests.helpers import STAFF, complete, envelope, submit
 from tests.integration.test_worker import running_worker

@@ -25,11 +25,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db import Database, close_to_public
 from dataplane.dev.embedded import free_port
+from dataplane.maintenance.retention import RetentionConfig
+from dataplane.maintenance.sampler import QueueSampler
+from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.maintenance import Maintenance
 from dataplane.queue.migrations import migrate
-from dataplane.queue.reaper import RetentionConfig
-from dataplane.queue.sampler import QueueSampler
 from tests.conftest import admin_execute, wait_until
 from tests.helpers import WorkerProcess, complete, submit
 

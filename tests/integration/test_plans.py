@@ -6,7 +6,7 @@ the table's statistics change. A plane's sessions start at idle, so that plan is
 usually made on an almost empty table, where reading the whole table (or the whole
 of an index) looks cheapest: kept through a burst, every enqueue, completion and
 reply read would read the whole table until autovacuum's next ANALYZE. The BFF's
-:class:`~dataplane.queue.growth.GrowthWatch` analyzes a table that outgrew its
+:class:`~dataplane.maintenance.growth.GrowthWatch` analyzes a table that outgrew its
 statistics, and every session's plans of it are made again.
 """
 
@@ -21,8 +21,8 @@ import pytest
 import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database, with_params
+from dataplane.maintenance.growth import RETRY_SECONDS, GrowthWatch
 from dataplane.queue import Blob, Completion, QueueClient
-from dataplane.queue.growth import RETRY_SECONDS, GrowthWatch
 from tests.conftest import admin_execute
 
 T = "surface-plans"
@@ -152,7 +152,7 @@ async def test_a_role_that_may_not_analyze_is_told_once_and_left_alone(
         other = DatabaseConfig(with_params(queue_dsn, user=role, password=role), pool_size=1)
         async with open_database(other) as guest:
             watch = GrowthWatch(guest, every=0.0)
-            with caplog.at_level(logging.WARNING, logger="dataplane.queue.growth"):
+            with caplog.at_level(logging.WARNING, logger="dataplane.maintenance.growth"):
                 assert await watch.check() == []
                 assert await watch.check() == []  # not tried again
         refusals = [r for r in caplog.records if "may not ANALYZE" in r.getMessage()]
@@ -177,7 +177,7 @@ async def test_a_table_lock_held_elsewhere_defers_the_analyze_briefly(
         with other.transaction():
             other.execute("LOCK TABLE maestro_queues IN SHARE UPDATE EXCLUSIVE MODE")
             started = trio.current_time()
-            with caplog.at_level(logging.WARNING, logger="dataplane.queue.growth"):
+            with caplog.at_level(logging.WARNING, logger="dataplane.maintenance.growth"):
                 assert await watch.check() == []
             assert trio.current_time() - started < 5  # the lock timeout, not the call's
     assert any("lock timeout" in r.getMessage() for r in caplog.records)

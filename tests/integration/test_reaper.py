@@ -7,8 +7,8 @@ import uuid
 import trio
 
 from dataplane.db import Database, Notification
+from dataplane.maintenance.retention import RetentionConfig, reap_once
 from dataplane.queue import QueueClient, done_channel
-from dataplane.queue.reaper import RetentionConfig, reap_once
 
 T = "surface-probe"
 

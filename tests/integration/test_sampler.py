@@ -5,8 +5,8 @@ from __future__ import annotations
 import trio
 
 from dataplane.db import Database
+from dataplane.maintenance.sampler import QueueSampler
 from dataplane.queue import ClaimedJob, QueueClient
-from dataplane.queue.sampler import QueueSampler
 from telemetry.metrics import QUEUE_STATES, current_queue_sample
 from tests.conftest import wait_until
 from tests.helpers import submit

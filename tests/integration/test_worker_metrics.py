@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dataplane.db import Database
+from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.maintenance import Maintenance
 from telemetry import metrics
 from tests.conftest import wait_until
 from tests.helpers import submit
@@ -165,7 +165,7 @@ async def test_a_lapsed_last_claim_is_counted_and_logged_by_the_claim_or_mainten
     assert [p.id for p in result.poisoned_jobs] == [by_pass.job_id]
     assert recorded.value("dataplane.poison", **lease_lapsed) == 2
     (line,) = [r for r in caplog.records if str(by_pass.job_id) in r.getMessage()]
-    assert line.levelno == logging.WARNING and line.name == "dataplane.queue.maintenance"
+    assert line.levelno == logging.WARNING and line.name == "dataplane.maintenance.schedule"
     assert line.getMessage().endswith("(reason lease_lapsed, found by maintenance)")
     row = await queue.get(by_pass.job_id)
     assert row is not None and row.status == "poison"

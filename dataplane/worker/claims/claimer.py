@@ -19,7 +19,7 @@ ends the loop; the jobs already started are the worker's to finish.
 
 A claim also parks as poison the claimable rows whose dequeue budget is spent (their
 last attempt's worker died): the claimer traces, counts and logs each
-(:func:`~dataplane.queue.poison.report_lapsed`), and counts it among the rows the
+(:func:`~dataplane.maintenance.poison.report_lapsed`), and counts it among the rows the
 claim took, so a batch filled partly by such rows is followed at once too.
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from dataplane.core.errors import DatabaseError
+from dataplane.maintenance.poison import report_lapsed
 from dataplane.queue import ClaimBatch, QueueClient
-from dataplane.queue.poison import report_lapsed
 from dataplane.worker.claims.held import HeldJobs, Running
 from dataplane.worker.config import WorkerConfig
 

@@ -3,13 +3,13 @@
 A pass moves live rows that can never be claimed again (dequeue budget spent,
 lease lapsed) to ``poison`` with a done notify, so waiting browsers learn at
 once, and returns them (:attr:`ReapResult.poisoned_jobs`, which the caller
-traces, counts and logs: :func:`~dataplane.queue.poison.report_lapsed`); then
+traces, counts and logs: :func:`~dataplane.maintenance.poison.report_lapsed`); then
 deletes ``done`` and ``cancelled`` rows older than 24 h, ``poison`` rows older
 than 7 d and expired blobs (:mod:`dataplane.queue.blobs`), each in bounded batches
 (every batch its own short transaction: no long locks on the hot table, however
 large the backlog).
 :func:`reap_once` runs a pass on one connection that first takes the ``maintenance``
-election (:mod:`dataplane.queue.elections`) for the pass's longest duration and steps
+election (:mod:`dataplane.maintenance.elections`) for the pass's longest duration and steps
 down after it: across the fleet, one pass at a time; a pass that finds the election
 held by another does nothing and says so.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Connection, Database, q
+from dataplane.maintenance.elections import MAINTENANCE, new_holder, release_on, take_on
 from dataplane.queue.blobs import delete_expired
-from dataplane.queue.elections import MAINTENANCE, new_holder, release_on, take_on
 from dataplane.queue.records import Poisoned
 
 DONE_RETENTION_SECONDS = 24 * 3600.0

@@ -1,7 +1,7 @@
 """The queue sampler: the queue's shape as gauges, read by one elected worker.
 
 Every worker runs a :class:`QueueSampler`; the one that holds the ``queue_sampler``
-election (a row only the plane's roles may write, :mod:`dataplane.queue.elections`,
+election (a row only the plane's roles may write, :mod:`dataplane.maintenance.elections`,
 renewed at every sample for a term of a few intervals) leads, and every
 ``interval`` seconds reads rows by queue type and state (``ready``, ``backing_off``,
 ``running``, ``lease_lapsed``, ``poison``) and the age of each type's oldest claimable
@@ -24,7 +24,7 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, q
-from dataplane.queue.elections import QUEUE_SAMPLER, new_holder, release, take
+from dataplane.maintenance.elections import QUEUE_SAMPLER, new_holder, release, take
 from telemetry.metrics import (
     QUEUE_STATES,
     publish_queue_sample,

@@ -1,13 +1,13 @@
 """Maintenance as its own schedule: a pass every ``interval`` seconds, busy or not.
 
 Every worker runs this service (and so can ``dataplane maintenance``); the
-``maintenance`` election of :func:`~dataplane.queue.reaper.reap_once` (a row only the
-plane's roles may write, :mod:`dataplane.queue.elections`) elects one of them per
+``maintenance`` election of :func:`~dataplane.maintenance.retention.reap_once` (a row only the
+plane's roles may write, :mod:`dataplane.maintenance.elections`) elects one of them per
 pass, so the fleet runs one pass at a time whatever its size, and a fleet that is never
 idle is still maintained. A failed pass is logged and tried again at the
 next turn. Each row a pass parks as poison (its last attempt's lease lapsed) gets
 its span in the request's trace, its count and its WARNING line
-(:func:`~dataplane.queue.poison.report_lapsed`).
+(:func:`~dataplane.maintenance.poison.report_lapsed`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Database
-from dataplane.queue.elections import new_holder
-from dataplane.queue.poison import report_lapsed
-from dataplane.queue.reaper import ReapResult, RetentionConfig, reap_once
+from dataplane.maintenance.elections import new_holder
+from dataplane.maintenance.poison import report_lapsed
+from dataplane.maintenance.retention import ReapResult, RetentionConfig, reap_once
 
 log = logging.getLogger(__name__)
 
