@@ -39,20 +39,18 @@ BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %s', current_schema(), everyone);
 
     -- BFF: enqueue and attach (insert, one more requester), withdraw, read a job, its
-    -- blob and the schema's version; the growth watch's ANALYZE (MAINTAIN, Postgres 17+;
-    -- before 17 a non-owner's ANALYZE is skipped with a warning, autovacuum does it).
+    -- blob and the schema's version.
     GRANT SELECT, INSERT ON maestro_queues TO dataplane_bff;
     GRANT UPDATE (requesters, requested_by, withdrawn, status, completed_at) ON maestro_queues
         TO dataplane_bff;
     GRANT SELECT ON surface_result_blobs, dataplane_migrations TO dataplane_bff;
-    IF current_setting('server_version_num')::int >= 170000 THEN
-        EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_bff';
-    END IF;
 
     -- Worker: claim (the function runs as its caller), renew, complete, fail, release;
     -- store blobs; maintenance (poison lapsed rows, delete old rows and expired blobs)
-    -- and the elections that pick its leader; the queue sampler's read. No INSERT into
-    -- the queue (a worker cannot enqueue), no requester counts, nothing of worker_runs.
+    -- and the election that picks its leader; the queue sampler's read; the growth
+    -- watch's ANALYZE (MAINTAIN, Postgres 17+; before 17 a non-owner's ANALYZE is
+    -- skipped with a warning, autovacuum does it). No INSERT into the queue (a worker
+    -- cannot enqueue), no requester counts, nothing of worker_runs.
     GRANT SELECT, DELETE ON maestro_queues TO dataplane_worker;
     GRANT UPDATE (status, result, last_error, locked_by, lease_expires_at, available_at,
                   dequeue_count, claimed_at, completed_at) ON maestro_queues
@@ -62,6 +60,9 @@ BEGIN
     GRANT SELECT ON dataplane_migrations TO dataplane_worker;
     GRANT EXECUTE ON FUNCTION maestro_claim(text, text, integer, double precision)
         TO dataplane_worker;
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_worker';
+    END IF;
 
     -- capcom: append job reports; read nothing back.
     GRANT INSERT ON worker_runs TO dataplane_capcom;

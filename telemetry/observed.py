@@ -149,8 +149,9 @@ _sample = _QueueSample()
 def publish_queue_sample(
     depth: Mapping[tuple[str, str], int], oldest: Mapping[str, float], *, valid_for: float
 ) -> None:
-    """The elected sampler's latest reading: rows by (queue type, state), and the oldest
-    claimable row's age by queue type; exported until ``valid_for`` seconds from now."""
+    """The sampler's latest reading (where the maintenance leader leads): rows by (queue
+    type, state), and the oldest claimable row's age by queue type; exported until
+    ``valid_for`` seconds from now."""
     with _lock:
         _sample.depth, _sample.oldest = dict(depth), dict(oldest)
         _sample.expires = time.monotonic() + valid_for

@@ -2,8 +2,7 @@
 
 :func:`serve_plane` is its lifetime, a task of the app's lifespan nursery: the
 bridge loop, the queue DB pool, the enqueuer (:mod:`dataplane.queue.batching`), the
-reply pump, the backpressure gauge and the tables' growth watch
-(:mod:`dataplane.maintenance.growth`), until the app shuts down.
+reply pump and the backpressure gauge, until the app shuts down.
 :class:`BffState` is the app's typed state (``app.extensions["dataplane"]``): the
 plane once it is up, or why it is not.
 
@@ -31,7 +30,6 @@ from dataplane.bff.reply.pump import ReplyPump
 from dataplane.core.errors import ConfigError
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.db.session import wait_session_pooling
-from dataplane.maintenance.growth import GrowthWatch
 from dataplane.queue import QueueClient, QueueType
 from dataplane.queue.batching import Enqueuer
 from dataplane.queue.roles import refuse_owner
@@ -157,7 +155,6 @@ async def _serve_plane(
                 await nursery.start(enqueuer.run)
                 nursery.start_soon(pump.run)
                 nursery.start_soon(load.run)
-                nursery.start_soon(GrowthWatch(db).run)  # plans made on a small queue, again
                 await pump.listener.wait_connected()
                 if state.failures:
                     log.info("the data plane is back after %d failure(s)", state.failures)

@@ -5,12 +5,14 @@ take the maintenance lock and hold it, and maintenance would stop everywhere wit
 word. A row of ``dataplane_elections`` is written only by the plane's roles (PUBLIC
 holds no privilege on it), so only the plane can lead.
 
-An election names one job of the fleet (``maintenance``, ``queue_sampler``). Its
-holder keeps it for a term (:func:`take` with ``seconds``) and renews it before the
-term ends; anyone takes it once the term has lapsed (a crashed holder hands over when
-its term ends), or at once when the holder steps down (:func:`release`). Each contender
-names itself with :func:`new_holder` (host, process, a random suffix): two contenders
-of one process are two holders.
+An election names one job of the fleet: today one, ``maintenance``, whose holder leads
+every service of this room (:mod:`dataplane.maintenance.leader`). Its holder keeps it
+for a term (:func:`take` with ``seconds``) and renews it before the term ends (a
+renewal never shortens the term; :func:`hold_on` sets it); anyone takes it once the
+term has lapsed (a crashed holder hands over when its term ends), or at once when the
+holder steps down (:func:`release`). Each contender names itself with
+:func:`new_holder` (host, process, a random suffix): two contenders of one process are
+two holders.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import socket
 from dataplane.db import Connection, Database, q
 
 MAINTENANCE = "maintenance"
-QUEUE_SAMPLER = "queue_sampler"
 
 
 def new_holder() -> str:
@@ -53,3 +54,10 @@ async def take_on(conn: Connection, name: str, holder: str, seconds: float) -> b
 async def release_on(conn: Connection, name: str, holder: str) -> None:
     """:func:`release` on a connection (asyncio side)."""
     await conn.execute(q("election_release"), _params(name, holder))
+
+
+async def hold_on(conn: Connection, name: str, holder: str, seconds: float) -> bool:
+    """Set ``holder``'s term of ``name`` to ``seconds`` from now, shorter or longer:
+    whether it still held it (asyncio side)."""
+    cur = await conn.execute(q("election_hold"), _params(name, holder, seconds))
+    return await cur.fetchone() is not None

@@ -10,8 +10,8 @@ than 7 d and expired blobs (:mod:`dataplane.queue.blobs`), each in bounded batch
 large the backlog).
 :func:`reap_once` runs a pass on one connection that first takes the ``maintenance``
 election (:mod:`dataplane.maintenance.elections`) for the pass's longest duration and steps
-down after it: across the fleet, one pass at a time; a pass that finds the election
-held by another does nothing and says so.
+down after it (a leader's pass gives back its term instead): across the fleet, one pass
+at a time; a pass that finds the election held by another does nothing and says so.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Connection, Database, q
-from dataplane.maintenance.elections import MAINTENANCE, new_holder, release_on, take_on
+from dataplane.maintenance.elections import MAINTENANCE, hold_on, new_holder, release_on, take_on
 from dataplane.queue.blobs import delete_expired
 from dataplane.queue.records import Poisoned
 
@@ -60,20 +60,28 @@ class ReapResult:
 
 
 async def reap_once(
-    db: Database, config: RetentionConfig | None = None, *, holder: str | None = None
+    db: Database,
+    config: RetentionConfig | None = None,
+    *,
+    holder: str | None = None,
+    keep: float | None = None,
 ) -> ReapResult:
     """One maintenance pass, if ``holder`` (a contender of its own when ``None``) is
-    elected for it (one bridge crossing)."""
+    elected for it (one bridge crossing). The holder steps down after it, or, given
+    ``keep`` (a leader's term), keeps the election for that long."""
     result: ReapResult = await db.run(
         _elected_pass,
         config or RetentionConfig(),
         holder or new_holder(),
+        keep,
         call_timeout=PASS_TIMEOUT,
     )
     return result
 
 
-async def _elected_pass(conn: Connection, config: RetentionConfig, holder: str) -> ReapResult:
+async def _elected_pass(
+    conn: Connection, config: RetentionConfig, holder: str, keep: float | None
+) -> ReapResult:
     # The term outlasts the pass's timeout: a holder that dies mid-pass hands over then.
     if not await take_on(conn, MAINTENANCE, holder, PASS_TIMEOUT + 30):
         return ReapResult(0, 0, 0, 0, elected=False)
@@ -88,7 +96,10 @@ async def _elected_pass(conn: Connection, config: RetentionConfig, holder: str) 
         return ReapResult(done, poison, blobs, len(poisoned), True, poisoned)
     finally:
         if not conn.closed and not conn.broken:
-            await release_on(conn, MAINTENANCE, holder)
+            if keep is None:
+                await release_on(conn, MAINTENANCE, holder)
+            else:
+                await hold_on(conn, MAINTENANCE, holder, keep)
 
 
 async def _delete(

@@ -1,13 +1,14 @@
 """Maintenance as its own schedule: a pass every ``interval`` seconds, busy or not.
 
-Every worker runs this service (and so can ``dataplane maintenance``); the
-``maintenance`` election of :func:`~dataplane.maintenance.retention.reap_once` (a row only the
-plane's roles may write, :mod:`dataplane.maintenance.elections`) elects one of them per
-pass, so the fleet runs one pass at a time whatever its size, and a fleet that is never
-idle is still maintained. A failed pass is logged and tried again at the
-next turn. Each row a pass parks as poison (its last attempt's lease lapsed) gets
-its span in the request's trace, its count and its WARNING line
-(:func:`~dataplane.maintenance.poison.report_lapsed`).
+The fleet's :class:`~dataplane.maintenance.leader.Leader` runs this service where it
+leads, so the fleet runs one pass at a time whatever its size, and a fleet that is
+never idle is still maintained. Each pass takes the ``maintenance`` election again on
+its own connection (:func:`~dataplane.maintenance.retention.reap_once`): a leader that
+lost its term meanwhile does nothing. Without a leader (``dataplane maintenance
+--once``) a pass is a contender of its own that steps down after it. A failed pass is
+logged and tried again at the next turn. Each row a pass parks as poison (its last
+attempt's lease lapsed) gets its span in the request's trace, its count and its
+WARNING line (:func:`~dataplane.maintenance.poison.report_lapsed`).
 """
 
 from __future__ import annotations
@@ -34,13 +35,17 @@ class Maintenance:
         *,
         interval: float = MAINTENANCE_SECONDS,
         retention: RetentionConfig | None = None,
+        holder: str | None = None,
+        keep: float | None = None,
     ) -> None:
+        """``holder`` and ``keep``: the leader's name and term, which its passes keep."""
         self.db = db
         self.interval = interval
         self.retention = retention or RetentionConfig()
         self.passes = 0  # passes run by this process
         self.skipped = 0  # turns another process held the election
-        self.holder = new_holder()
+        self.holder = holder or new_holder()
+        self.keep = keep
 
     async def run(self) -> None:
         while True:
@@ -50,7 +55,7 @@ class Maintenance:
     async def run_once(self) -> ReapResult | None:
         """One turn: a pass if elected; ``None`` if the pass failed."""
         try:
-            result = await reap_once(self.db, self.retention, holder=self.holder)
+            result = await reap_once(self.db, self.retention, holder=self.holder, keep=self.keep)
         except DatabaseError as exc:
             log.warning("maintenance pass failed (%s); next turn in %gs", exc, self.interval)
             return None

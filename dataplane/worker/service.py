@@ -16,10 +16,12 @@ of this package:
 * the :class:`~dataplane.worker.pipeline.deadlines.HandlerDeadlines`, cancelling an execution
   past its operation's timeout;
 * the :class:`~dataplane.worker.claims.completer.Completer`, committing in batches;
-* the :class:`~dataplane.maintenance.schedule.Maintenance` schedule (retention and lapsed
-  leases, elected across the fleet, busy or not);
-* the :class:`~dataplane.maintenance.sampler.QueueSampler` (queue depth gauges, one elected
-  worker of the fleet);
+* the :class:`~dataplane.maintenance.leader.Leader` of the fleet's maintenance, which
+  where it leads (one worker of the fleet) runs the
+  :class:`~dataplane.maintenance.schedule.Maintenance` schedule (retention and lapsed
+  leases, busy or not), the :class:`~dataplane.maintenance.sampler.QueueSampler` (queue
+  depth gauges) and the :class:`~dataplane.maintenance.growth.GrowthWatch` (plans made
+  on a small queue, made again);
 * the reporter (the capcom sender), when it has a ``run`` of its own;
 
 and, in a nursery of their own, one task per claim, each a
@@ -38,6 +40,8 @@ import trio
 
 from dataplane.db import Database, Gap, Notification
 from dataplane.db.lock import SessionLock, outsider_holding
+from dataplane.maintenance.growth import GrowthWatch
+from dataplane.maintenance.leader import Leader
 from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
@@ -126,12 +130,20 @@ class Worker:
         self.invalidations = Invalidations(queue.seal)
         self.notify_wakes = 0
         self.notifies_ignored = 0
+        # The fleet's maintenance, where this worker leads it (one leader of the fleet).
+        self.leader = Leader(queue.db)
         self.maintenance = Maintenance(
-            queue.db, interval=config.maintenance_seconds, retention=config.retention
+            queue.db,
+            interval=config.maintenance_seconds,
+            retention=config.retention,
+            holder=self.leader.holder,
+            keep=self.leader.term,
         )
         self.sampler = QueueSampler(
             queue.db, interval=config.sample_seconds, types=[config.queue_type]
         )
+        for service in (self.maintenance.run, self.sampler.run, GrowthWatch(queue.db).run):
+            self.leader.add(service)
         self._stopping = False
         self._starting = trio.CancelScope()  # until every service has started
         self._jobs_scope = trio.CancelScope()
@@ -159,8 +171,7 @@ class Worker:
                 await services.start(self.oncall.run)
                 services.start_soon(self.leases.run)
                 services.start_soon(self.executor.deadlines.run)
-                services.start_soon(self.maintenance.run)
-                services.start_soon(self.sampler.run)
+                services.start_soon(self.leader.run)
                 reporter_run = getattr(self.reporter, "run", None)
                 if reporter_run is not None:
                     await services.start(reporter_run)

@@ -1,5 +1,5 @@
--- Statements of the queue sampler (dataplane/maintenance/sampler.py): one elected worker of
--- the fleet reads the queue's shape every few seconds for the depth gauges.
+-- Statements of the queue sampler (dataplane/maintenance/sampler.py): the worker that leads
+-- the fleet's maintenance reads the queue's shape every few seconds for the depth gauges.
 
 -- name: queue_depth_sample
 -- Live rows by type and state, with the oldest claimable row's age since it became

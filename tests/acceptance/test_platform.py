@@ -166,5 +166,5 @@ async def test_a_failure_storm_at_the_default_concurrency_keeps_to_its_queue_poo
 
     assert all(n == 2 and "ProbeFailure" in (err or "") for n, err in rows), rows[:3]
     # The pool (8 for per-job statements + 4), and the connections of their own: the
-    # LISTEN, the on-call lock and the queue sampler's elected session.
+    # LISTEN, the on-call lock and the maintenance leader's.
     assert 0 < peak <= 12 + 3, peak

@@ -164,7 +164,7 @@ class HAStack:
             "DATAPLANE_FAIL_BACKOFF_SECONDS": "0.5",
             "DATAPLANE_IDLE_MS": "500",
             "DATAPLANE_MAINTENANCE_SECONDS": "2",
-            "DATAPLANE_QUEUE_SAMPLE_SECONDS": "2",  # the sampler's election, retried
+            "DATAPLANE_QUEUE_SAMPLE_SECONDS": "2",  # the leader's sampler
             "DATAPLANE_MAX_DEQUEUES": "20",  # a fault is not poison
         }
 

@@ -59,15 +59,16 @@ FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND l.classid::text::bigint = hashtext('dataplane.session_lock')::bigint & 4294967295
 UNION ALL
-SELECT 'sampler', until::text FROM dataplane_elections
-WHERE name = 'queue_sampler' AND until > now()
+SELECT 'leader', until::text FROM dataplane_elections
+WHERE name = 'maintenance' AND until > now()
 """
 
 
 async def _locks_retaken(cluster: HACluster, within: float = 30) -> None:
     """The workers' session advisory lock died with the old primary: the on-call lock is
-    held again on the new one, by a worker; the sampler's election (a row, replicated)
-    is renewed there (its term moved on since first seen on the new primary)."""
+    held again on the new one, by a worker; the maintenance leader's election (a row,
+    replicated) is renewed there (its term moved on since first seen on the new
+    primary)."""
 
     def held() -> dict[str, str]:
         with psycopg.connect(cluster.multihost_dsn(DB_NAME), connect_timeout=5) as conn:
@@ -80,7 +81,7 @@ async def _locks_retaken(cluster: HACluster, within: float = 30) -> None:
         while not ("on-call" in seen and renewed):
             await trio.sleep(0.5)
             seen = await trio.to_thread.run_sync(held)
-            term = seen.get("sampler")
+            term = seen.get("leader")
             first_term = first_term or term
             renewed = renewed or (term is not None and term != first_term)
     assert "on-call" in seen and renewed, f"held on the new primary: {seen} (first {first_term})"

@@ -25,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.db import Database, close_to_public
 from dataplane.dev.embedded import free_port
+from dataplane.maintenance.leader import Leader
 from dataplane.maintenance.retention import RetentionConfig
 from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
@@ -76,12 +77,15 @@ async def test_a_connect_only_role_cannot_stop_maintenance(
         assert result is not None and result.elected and result.done_deleted == 1
         assert await queue.get(enq.job_id) is None
 
+        leader = Leader(db, term=1.0, renew=0.1)
         sampler = QueueSampler(db, interval=0.05, types=["surface-probe"])
+        leader.add(sampler.run)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(sampler.run)
+            nursery.start_soon(leader.run)
             await wait_until(lambda: sampler.samples >= 1, within=10)
+            assert leader.leading
             nursery.cancel_scope.cancel()
-        assert sampler.leading is False  # it stepped down on stopping
+        assert leader.leading is False and sampler.sampling is False  # stepped down
 
 
 def _metric(port: int, name: str) -> float:

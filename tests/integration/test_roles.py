@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -64,7 +65,7 @@ CASES: list[tuple[str, str, bool]] = [
     ("bff", f"UPDATE maestro_queues SET requested_by = '{{a}}' WHERE id = {JOB}", True),
     ("bff", "SELECT content_type FROM surface_result_blobs", True),
     ("bff", "SELECT version FROM dataplane_migrations", True),
-    ("bff", "ANALYZE maestro_queues", True),
+    ("bff", "ANALYZE maestro_queues", False),
     ("bff", CLAIM, False),
     ("bff", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
     ("bff", f"UPDATE maestro_queues SET locked_by = 'me' WHERE id = {JOB}", False),
@@ -82,6 +83,7 @@ CASES: list[tuple[str, str, bool]] = [
     ("worker", "DELETE FROM surface_result_blobs", True),
     ("worker", ELECT, True),
     ("worker", "UPDATE dataplane_elections SET until = now()", True),
+    ("worker", "ANALYZE maestro_queues", True),  # the growth watch, where the leader leads
     ("worker", ENQUEUE, False),
     ("worker", f"UPDATE maestro_queues SET requesters = 9 WHERE id = {JOB}", False),
     ("worker", f"UPDATE maestro_queues SET requested_by = '{{a}}' WHERE id = {JOB}", False),
@@ -137,6 +139,11 @@ def logins(queue_dsn: str, pg_admin_dsn: str) -> Iterator[dict[str, str]]:
         )
 
 
+def _note_denied(denied: list[str], diag: psycopg.errors.Diagnostic) -> None:
+    if "permission denied" in (diag.message_primary or ""):
+        denied.append(diag.message_primary or "")
+
+
 async def test_each_role_may_do_what_its_process_does_and_nothing_else(
     queue: QueueClient, logins: dict[str, str]
 ) -> None:
@@ -144,9 +151,12 @@ async def test_each_role_may_do_what_its_process_does_and_nothing_else(
     wrong = []
     for process, statement, allowed in CASES:
         with psycopg.connect(logins[process]) as conn:
+            # A refused ANALYZE is a warning, not an error: "permission denied to analyze".
+            denied: list[str] = []
+            conn.add_notice_handler(partial(_note_denied, denied))
             try:
                 conn.execute(statement)
-                granted = True
+                granted = not denied
             except psycopg.errors.InsufficientPrivilege:
                 granted = False
             conn.rollback()

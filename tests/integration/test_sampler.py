@@ -1,4 +1,4 @@
-"""The queue sampler: one elected sampler of several, its numbers, and the hand-over."""
+"""The queue sampler: its numbers, and its gauges withdrawn when it stops."""
 
 from __future__ import annotations
 
@@ -47,24 +47,20 @@ async def test_the_sample_counts_every_state_and_the_oldest_ready_age(
     assert 0.04 <= oldest["surface-probe"] < 30  # the lapsed leases, 10 ms after the claim
 
 
-async def test_one_sampler_leads_and_another_takes_over_when_it_stops(
+async def test_a_sampler_withdraws_its_gauges_when_its_leader_stops_it(
     db: Database, nursery: trio.Nursery
 ) -> None:
-    first, second = (QueueSampler(db, interval=INTERVAL, types=["surface-probe"]) for _ in "12")
-    first_scope = trio.CancelScope()
+    sampler = QueueSampler(db, interval=INTERVAL, types=["surface-probe"])
+    scope = trio.CancelScope()
 
-    async def run_first() -> None:
-        with first_scope:
-            await first.run()
+    async def run() -> None:
+        with scope:
+            await sampler.run()
 
-    nursery.start_soon(run_first)
-    await wait_until(lambda: first.leading, within=10)
-    nursery.start_soon(second.run)
-    await wait_until(lambda: first.samples >= 5, within=10)
-    assert not second.leading and second.samples == 0  # it only tried the lock
-    first_scope.cancel()
-    await wait_until(lambda: second.leading, within=10)
+    nursery.start_soon(run)
     with trio.fail_after(10):
-        await second.wait_sampled()
-    assert not first.leading
-    assert current_queue_sample()[0]  # the new leader publishes
+        await sampler.wait_sampled()
+    assert sampler.sampling and current_queue_sample()[0]
+    scope.cancel()
+    await wait_until(lambda: not sampler.sampling, within=10)
+    assert not current_queue_sample()[0]  # a leader that stepped down exports nothing
