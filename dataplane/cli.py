@@ -16,9 +16,9 @@ import trio
 from dataplane.compat import install_process
 from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, with_params
+from dataplane.db import Database, open_bridge, with_params
 from dataplane.deploy import command as deploy_command
-from dataplane.queue import STATUSES, QueueClient, QueueConfig
+from dataplane.queue import STATUSES, QueueClient, QueueConfig, open_queue_database
 from dataplane.queue import roles as roles_command
 from dataplane.queue.migrations import migrate
 from telemetry.logs import configure_logging
@@ -26,12 +26,8 @@ from telemetry.logs import configure_logging
 log = logging.getLogger("dataplane")
 
 
-def _queues_url() -> str:
-    return from_env(QueueConfig).require_url()
-
-
 def _queue_db(name: str) -> AbstractAsyncContextManager[Database]:
-    return open_database(DatabaseConfig(_queues_url(), pool_size=1, application_name=name))
+    return open_queue_database(from_env(QueueConfig).url, name)
 
 
 async def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -198,12 +194,7 @@ async def _cmd_demo_db(args: argparse.Namespace) -> int:
 
 
 async def _cmd_invalidate(args: argparse.Namespace) -> int:
-    async with (
-        open_bridge(),
-        open_database(
-            DatabaseConfig(_queues_url(), pool_size=1, application_name="invalidate")
-        ) as db,
-    ):
+    async with open_bridge(), _queue_db("invalidate") as db:
         await QueueClient(db).invalidate(*args.tags)
     print(f"invalidated {len(args.tags)} tag(s) on every worker")
     return 0

@@ -28,9 +28,9 @@ from dataplane.bff.backpressure import LiveLoad
 from dataplane.bff.config import BffConfig
 from dataplane.bff.reply.pump import ReplyPump
 from dataplane.core.errors import ConfigError
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
+from dataplane.db import Database, open_bridge, open_database
 from dataplane.db.session import wait_session_pooling
-from dataplane.queue import QueueClient, QueueType
+from dataplane.queue import QueueClient, QueueType, queue_database
 from dataplane.queue.batching import Enqueuer
 from dataplane.queue.roles import refuse_owner
 from dataplane.surfaces.manifest import Surface
@@ -128,9 +128,8 @@ async def _serve_plane(
     ready: trio.Event,
 ) -> None:
     """One plane, from its bridge loop to its pump, until the app shuts down or it fails."""
-    url = config.queue.require_url()
     surfaces = config.surfaces.registry().surfaces
-    db_config = DatabaseConfig(url, pool_size=config.pool_size, application_name="dataplane-bff")
+    db_config = queue_database(config.queue.url, "bff", pool_size=config.pool_size)
     async with open_bridge(), open_database(db_config) as db:
         try:  # LISTEN needs real sessions: behind transaction pooling, answer 503 saying so
             await wait_session_pooling(db_config)

@@ -53,7 +53,7 @@ from quart_trio import QuartTrio
 from dataplane.compat import install_edge, install_process
 from dataplane.core.errors import ConfigError, DatabaseError, DatabaseUnavailable
 from dataplane.core.settings import from_env, setting
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
+from dataplane.db import Database, open_bridge, open_database, q
 from dataplane.http import (
     ApiError,
     RequireTrio,
@@ -63,6 +63,7 @@ from dataplane.http import (
     require_bearer,
     server_span,
 )
+from dataplane.queue import queue_database
 from dataplane.queue.roles import refuse_owner
 from telemetry.logs import configure_logging
 from telemetry.metrics import initialise, instruments
@@ -250,13 +251,13 @@ async def _serve_db(
     db_url: str, state: _State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """The pool's lifetime: from startup until the app's nursery is cancelled."""
-    config = DatabaseConfig(
+    config = queue_database(
         db_url,
+        "capcom",
         pool_size=POOL_SIZE,
         acquire_timeout=ACQUIRE_TIMEOUT,
         connect_timeout=CONNECT_TIMEOUT,
         call_timeout=INSERT_TIMEOUT,
-        application_name=SERVICE_NAME,
     )
     async with open_bridge(), open_database(config) as db:
         # Its role first: never the owner's or a superuser's credential. Checked before

@@ -47,6 +47,7 @@ from dataplane.db import (
 )
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.embedded import EmbeddedPostgres, free_port
+from dataplane.queue import open_queue_database
 from dataplane.queue.migrations import migrate
 from dataplane.queue.roles import ensure_login
 from dataplane.surfaces import SurfacesConfig
@@ -93,7 +94,7 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, dict[str
         async with open_database(DatabaseConfig(admin, pool_size=1)) as db:
             await ensure_database(db, QUEUE_DB)
         queue_dsn = with_params(admin, dbname=QUEUE_DB)
-        async with open_database(DatabaseConfig(queue_dsn, pool_size=1)) as db:
+        async with open_queue_database(queue_dsn, "dev") as db:
             applied = await migrate(db)  # and the roles' grants (sql/roles.sql)
             await close_to_public(db)  # only the plane's roles (and the superuser) connect
             logins = {}

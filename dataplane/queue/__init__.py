@@ -17,7 +17,14 @@ the BFF and the worker build on it.
 
 from dataplane.queue.blobs import Blob, StoredBlob
 from dataplane.queue.client import MAX_CLAIM_BATCH, QueueClient
-from dataplane.queue.config import FAIL_BACKOFF_SECONDS, LEASE_SECONDS, MAX_DEQUEUES, QueueConfig
+from dataplane.queue.config import (
+    FAIL_BACKOFF_SECONDS,
+    LEASE_SECONDS,
+    MAX_DEQUEUES,
+    QueueConfig,
+    open_queue_database,
+    queue_database,
+)
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
     CancelResult,
@@ -67,6 +74,8 @@ __all__ = [
     "StoredBlob",
     "check_queue_type",
     "done_channel",
+    "open_queue_database",
+    "queue_database",
     "split_done_notify",
     "to_json",
     "wake_channel",

@@ -1,11 +1,15 @@
-"""The queue's configuration: lease, failure backoff, poison cutoff, blob retention."""
+"""The queue's configuration: lease, failure backoff, poison cutoff, blob retention;
+and the one opener of a queue-DB connection set (:func:`open_queue_database`)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from dataplane.core.errors import ConfigError, InvalidArgument
 from dataplane.core.settings import setting
+from dataplane.db import Database, DatabaseConfig, open_database
+from dataplane.db.connection import ACQUIRE_TIMEOUT, CALL_TIMEOUT, CONNECT_TIMEOUT
 from dataplane.queue.seal import parse_secrets
 
 LEASE_SECONDS = 120.0  # claim lease
@@ -56,7 +60,33 @@ class QueueConfig:
             raise InvalidArgument(f"max_dequeues must be an integer >= 1, got {self.max_dequeues}")
         parse_secrets(self.notify_secret)
 
-    def require_url(self) -> str:
-        if self.url is None:
-            raise ConfigError("MAESTRO_QUEUES_URL is not set (the queue database DSN)")
-        return self.url
+
+def queue_database(
+    url: str | None,
+    process: str,
+    *,
+    pool_size: int = 1,
+    acquire_timeout: float = ACQUIRE_TIMEOUT,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    call_timeout: float = CALL_TIMEOUT,
+) -> DatabaseConfig:
+    """How ``process`` reaches the queue DB at ``url`` (a setting: ``MAESTRO_QUEUES_URL``,
+    or the process's own): its connections are named ``dataplane-<process>`` in
+    ``pg_stat_activity``. Every process and command opens the queue DB through here."""
+    if url is None:
+        raise ConfigError("MAESTRO_QUEUES_URL is not set (the queue database DSN)")
+    return DatabaseConfig(
+        url,
+        pool_size=pool_size,
+        acquire_timeout=acquire_timeout,
+        connect_timeout=connect_timeout,
+        call_timeout=call_timeout,
+        application_name=f"dataplane-{process}",
+    )
+
+
+def open_queue_database(
+    url: str | None, process: str, *, pool_size: int = 1
+) -> AbstractAsyncContextManager[Database]:
+    """A pool of :func:`queue_database`'s connections, for ``async with``."""
+    return open_database(queue_database(url, process, pool_size=pool_size))

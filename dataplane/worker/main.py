@@ -22,7 +22,7 @@ from dataplane.core.errors import ConfigError, DatabaseUnavailable
 from dataplane.core.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
 from dataplane.db.session import require_session_pooling
-from dataplane.queue import QueueClient, QueueType
+from dataplane.queue import QueueClient, QueueType, queue_database
 from dataplane.queue.roles import refuse_owner
 from dataplane.queue.types import SUFFIXES
 from dataplane.surfaces import surface_for_queue_type
@@ -70,14 +70,13 @@ async def _serve_worker(
     config: WorkerProcessConfig, surface: Surface, reporter: Reporter | None, prometheus: bool
 ) -> int:
     worker_config = config.worker
-    queues_url = worker_config.queue.require_url()
     if surface.needs_client_db and config.client_db_url is None:
         raise ConfigError(
             f"DATAPLANE_CLIENT_DB_URL is not set; surface {surface.id!r} needs its read-only"
             " client DB"
         )
-    queue_cfg = DatabaseConfig(
-        queues_url, pool_size=worker_config.queue_pool_size, application_name="dataplane-worker"
+    queue_cfg = queue_database(
+        worker_config.queue.url, "worker", pool_size=worker_config.queue_pool_size
     )
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(open_bridge())

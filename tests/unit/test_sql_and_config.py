@@ -12,7 +12,7 @@ from dataplane.bff.config import BffConfig
 from dataplane.core.errors import ConfigError
 from dataplane.core.settings import env_names, from_env
 from dataplane.db.sql import parse_queries, q, queries, sql_root
-from dataplane.queue import QueueConfig
+from dataplane.queue import QueueConfig, queue_database
 from dataplane.worker.config import WorkerConfig, WorkerProcessConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,9 @@ def test_settings_defaults() -> None:
     assert b.sse_deadline_seconds == 60 and b.sweep_seconds == 5
     assert not b.surfaces.probe_enabled
     with pytest.raises(ConfigError, match="MAESTRO_QUEUES_URL"):
-        from_env(QueueConfig, {}).require_url()
+        queue_database(from_env(QueueConfig, {}).url, "bff")
+    named = queue_database("postgresql://u@h/q", "worker", pool_size=3)
+    assert (named.application_name, named.pool_size) == ("dataplane-worker", 3)
     with pytest.raises(ConfigError, match="SURFACE_QUEUE_TYPE is not set"):
         from_env(WorkerConfig, {})
 
