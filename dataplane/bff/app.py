@@ -69,7 +69,7 @@ def create_app() -> QuartTrio:
         try:
             await _start_plane(app, state)
         except Exception as exc:  # Hypercorn would log a bare "lifespan error" and serve on
-            state.plane = None
+            state.services = None
             state.failures = UNHEALTHY_AFTER  # nothing will retry it: not healthy either
             state.why = f"the BFF could not start: {type(exc).__name__}: {exc}"
             log.error("%s; plane routes, /readyz and /healthz answer 503", state.why, exc_info=exc)
@@ -82,8 +82,8 @@ def create_app() -> QuartTrio:
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
         # here first (rate-limited: see dataplane.bff.auth.jwks.JwksKeys).
-        if state.plane is not None:
-            await state.plane.verifier.prepare(request.headers.get("Authorization", ""))
+        if state.services is not None:
+            await state.services.verifier.prepare(request.headers.get("Authorization", ""))
 
     @app.after_serving
     async def thaw() -> None:

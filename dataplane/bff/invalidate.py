@@ -26,8 +26,8 @@ import hmac
 from quart import Blueprint, Response, request
 
 from dataplane.bff.jobs import bearer, queue_call
-from dataplane.bff.plane import Plane
-from dataplane.bff.routes import json_body, plane, surface_of
+from dataplane.bff.plane import BffServices
+from dataplane.bff.routes import current_services, json_body, surface_of
 from dataplane.core.errors import InvalidArgument
 from dataplane.http import ApiError, json_response, server_span
 from dataplane.queue.types import check_tag, client_tag
@@ -41,15 +41,15 @@ invalidation = Blueprint("invalidation", __name__)
 @invalidation.post("/api/<surface_id>/invalidate")
 @server_span("/api/{surface}/invalidate")
 async def invalidate(surface_id: str) -> Response:
-    p = plane()
-    surface_of(p, surface_id)
+    services = current_services()
+    surface_of(services, surface_id)
     if request.mimetype != "application/json":
         raise ApiError(415, "send the body as application/json")
-    service = _service_token(p.config.invalidate_token)
-    client = None if service else _staff_client(p)
+    service = _service_token(services.config.invalidate_token)
+    client = None if service else _staff_client(services)
     tags = _tags_of(await json_body())
     broadcast = [_broadcast_tag(tag, client) for tag in tags]
-    await queue_call(p.queue.invalidate(*broadcast))
+    await queue_call(services.queue.invalidate(*broadcast))
     return json_response({"invalidated": tags}, 202)
 
 
@@ -98,8 +98,8 @@ def _service_token(expected: str | None) -> bool:
     )
 
 
-def _staff_client(p: Plane) -> str:
-    auth = bearer(p)
+def _staff_client(services: BffServices) -> str:
+    auth = bearer(services)
     if not auth.staff:
         raise ApiError(403, "invalidation is for staff (or a service token)")
     return auth.client

@@ -19,7 +19,7 @@ from quart import request
 from dataplane.bff.auth.tokens import StreamGrant, requester_of
 from dataplane.bff.auth.urls import blob_url
 from dataplane.bff.auth.verifier import AuthError
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.http import ApiError, note
 from dataplane.queue import JobRow
@@ -30,14 +30,14 @@ from telemetry.metrics import OUTCOME, QUEUE_TYPE, instruments
 T = TypeVar("T")
 
 
-def bearer(p: Plane) -> Auth:
+def bearer(services: BffServices) -> Auth:
     """The caller of this request, from its ``Authorization: Bearer`` JWT (401 otherwise)."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "send Authorization: Bearer <token>")
     try:
-        return p.verifier.verify(token.strip())
+        return services.verifier.verify(token.strip())
     except AuthError as exc:
         raise ApiError(401, str(exc)) from None
 
@@ -91,7 +91,7 @@ class JobTarget:
     user_id: str | None = None
 
 
-def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
+def job_target(services: BffServices, surface: Surface, job_id: str) -> JobTarget:
     """Parse the job id and authenticate the caller (URL token, else bearer JWT)."""
     try:
         jid = uuid.UUID(job_id)
@@ -99,25 +99,25 @@ def job_target(p: Plane, surface: Surface, job_id: str) -> JobTarget:
         raise ApiError(404, "no such job") from None
     token = request.args.get("token")
     if not token:
-        auth = bearer(p)
+        auth = bearer(services)
         note(job_id=str(jid), client=auth.client)
         requester = requester_of(auth.client, auth.user_id)
         return JobTarget(jid, auth.client, auth.scope_key, None, requester, auth.user_id)
     try:
-        grant = p.tokens.check(token)
+        grant = services.tokens.check(token)
     except AuthError as exc:
         raise ApiError(401, str(exc)) from None
     if (
         grant.job_id != str(jid)
         or grant.surface != surface.id
-        or grant.tier != p.config.queue_suffix
+        or grant.tier != services.config.queue_suffix
     ):
         raise ApiError(404, "no such job")
     note(job_id=str(jid), client=grant.client, coalesced=grant.coalesced)
     return JobTarget(jid, grant.client, grant.scope_key, grant, grant.requester)
 
 
-async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
+async def read_job(services: BffServices, surface: Surface, target: JobTarget) -> JobRow:
     """The job's row, if ``target``'s caller may read it; 404 for every other case.
 
     The owner (type, hence tier; client; scope key) is matched in the statement
@@ -125,9 +125,9 @@ async def read_job(p: Plane, surface: Surface, target: JobTarget) -> JobRow:
     ``per_user`` job (its answer is about the user who asked) is also matched on the
     bearer's user: a colleague with the same scope reads it as an unknown id too."""
     row = await queue_call(
-        p.queue.get_owned(
+        services.queue.get_owned(
             target.job_id,
-            queue_type=p.queue_type(surface),
+            queue_type=services.queue_type(surface),
             client=target.client,
             scope_key=target.scope_key,
         )
@@ -151,7 +151,7 @@ def traceparent_of(row: JobRow) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
+def answer(services: BffServices, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
     """The body of a finished job: the ``done`` event's data and the poll answer."""
     out: dict[str, Any] = {"jobId": str(row.id), "status": row.status}
     attached = bool(grant and grant.coalesced)
@@ -176,7 +176,7 @@ def answer(p: Plane, row: JobRow, grant: StreamGrant | None) -> dict[str, Any]:
     if "error" in result:
         out["error"] = result["error"]
     elif "blobRef" in result:
-        out["blobRef"] = _blob_ref(p, row, result["blobRef"], attached)
+        out["blobRef"] = _blob_ref(services, row, result["blobRef"], attached)
     else:
         out["result"] = result.get("data")
     out["cache"] = result.get("cache", "bypass")
@@ -193,7 +193,9 @@ def record_end_to_end(row: JobRow) -> None:
     )
 
 
-def _blob_ref(p: Plane, row: JobRow, stored: dict[str, Any], attached: bool) -> dict[str, Any]:
+def _blob_ref(
+    services: BffServices, row: JobRow, stored: dict[str, Any], attached: bool
+) -> dict[str, Any]:
     """The stored reference, with the blob's URL and a token bound to the row's owner."""
     surface = str(row.payload.get("surface"))
     owner = row.payload["auth"]
@@ -203,9 +205,9 @@ def _blob_ref(p: Plane, row: JobRow, stored: dict[str, Any], attached: bool) -> 
         str(owner["client"]),
         str(owner["scopeKey"]),
         attached,
-        p.config.queue_suffix,
+        services.config.queue_suffix,
     )
-    return {**stored, "url": blob_url(surface, str(row.id), p.tokens.mint(grant))}
+    return {**stored, "url": blob_url(surface, str(row.id), services.tokens.mint(grant))}
 
 
 def _timings(row: JobRow) -> dict[str, Any]:
@@ -218,3 +220,25 @@ def _timings(row: JobRow) -> dict[str, Any]:
             "runMs": round((row.completed_at - row.claimed_at).total_seconds() * 1000, 1),
         }
     }
+
+
+def known_answer(services: BffServices, surface: Surface, target: JobTarget) -> JobRow | None:
+    """The job's finished row as its done notify carried it to the reply pump
+    (:meth:`~dataplane.bff.reply.pump.ReplyPump.answered`), for a caller holding the job's
+    URL token; else None (read the row: :func:`read_job`).
+
+    A URL token is minted by the POST that enqueued the job or attached to it, for
+    that request's owner (client and scope key, which the job's dedupe key includes),
+    and :func:`job_target` has checked it names this job, surface
+    and tier: the owner check the statement would make is the token's. The row must
+    be of the surface's queue type and of the surface, as a read would require."""
+    if target.grant is None:
+        return None
+    row = services.pump.answered(target.job_id)
+    if row is None or row.type != services.queue_type(surface).name:
+        return None
+    if row.payload.get("surface") != surface.id:
+        return None
+    if isinstance(row.result, dict) and "blobRef" in row.result:
+        return None  # its URL is signed for the owner, who is in the row (never carried)
+    return row

@@ -45,8 +45,11 @@ UNHEALTHY_AFTER = 3  # failures in a row after which /healthz answers 503
 
 
 @dataclass
-class Plane:
-    """The queue DB, the enqueuer, the reply pump and the verifiers of one BFF process."""
+class BffServices:
+    """What every plane route is served by, built once per plane of a BFF process: the
+    queue DB and its client, the enqueuer, the reply pump, the backpressure gauge and
+    the verifiers. A route asks for it (``current_services()``) and passes it on to
+    what it calls; none keeps it."""
 
     config: BffConfig
     surfaces: dict[str, Surface]
@@ -67,9 +70,10 @@ class Plane:
 
 @dataclass
 class BffState:
-    """The app's state: the plane once it serves, else why the plane routes answer 503."""
+    """The app's state: the plane's services once it serves, else why the plane routes
+    answer 503."""
 
-    plane: Plane | None = None
+    services: BffServices | None = None
     why: str = "the data plane is starting"
     config: BffConfig | None = None
     telemetry: Telemetry | None = None
@@ -79,7 +83,7 @@ class BffState:
     def healthy(self) -> bool:
         """False while the plane is down after failing again and again: restarting the
         process may help."""
-        return self.plane is not None or self.failures < UNHEALTHY_AFTER
+        return self.services is not None or self.failures < UNHEALTHY_AFTER
 
 
 async def serve_plane(
@@ -98,7 +102,7 @@ async def serve_plane(
             await _serve_plane(config, verifier, tokens, state, ready)
             return  # refused for good (state.why says why)
         except Exception as exc:
-            state.plane = None
+            state.services = None
             if trio.current_time() - started >= STEADY_SECONDS:
                 state.failures = 0
             delay = RESTART_DELAYS[min(state.failures, len(RESTART_DELAYS) - 1)]
@@ -148,7 +152,9 @@ async def _serve_plane(
         pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
         load = LiveLoad(queue, config.queue)
         enqueuer = Enqueuer(queue)
-        state.plane = Plane(config, surfaces, db, queue, enqueuer, pump, load, verifier, tokens)
+        state.services = BffServices(
+            config, surfaces, db, queue, enqueuer, pump, load, verifier, tokens
+        )
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(enqueuer.run)
@@ -167,4 +173,4 @@ async def _serve_plane(
             state.why = f"the data plane failed ({_reason(exc)}); it restarts"
             raise
         finally:
-            state.plane = None
+            state.services = None

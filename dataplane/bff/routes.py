@@ -26,14 +26,14 @@ from dataplane.bff.jobs import (
     answer,
     bearer,
     job_target,
+    known_answer,
     queue_call,
     read_job,
     refuse_unmigrated,
     traceparent_of,
 )
-from dataplane.bff.plane import BffState, Plane
+from dataplane.bff.plane import BffServices, BffState
 from dataplane.bff.reply import prefer
-from dataplane.bff.reply.answers import known_answer
 from dataplane.bff.reply.pump import Waiter
 from dataplane.bff.reply.sse import EVENT_FINAL, EVENT_QUEUED, job_events
 from dataplane.core.errors import (
@@ -77,16 +77,16 @@ def state() -> BffState:
     return current
 
 
-def plane() -> Plane:
+def current_services() -> BffServices:
     """The plane, or 503 saying why it is not serving."""
     s = state()
-    if s.plane is None:
+    if s.services is None:
         raise ApiError(503, s.why, "NOT_CONFIGURED")
-    return s.plane
+    return s.services
 
 
-def surface_of(p: Plane, surface_id: str) -> Surface:
-    surface = p.surfaces.get(surface_id)
+def surface_of(services: BffServices, surface_id: str) -> Surface:
+    surface = services.surfaces.get(surface_id)
     if surface is None:
         raise ApiError(404, f"unknown surface {surface_id!r}")
     return surface
@@ -98,11 +98,11 @@ def surface_of(p: Plane, surface_id: str) -> Surface:
 @routes.post("/api/<surface_id>/q")
 @server_span("/api/{surface}/q")
 async def enqueue(surface_id: str) -> Response:
-    p = plane()
-    surface = surface_of(p, surface_id)
+    services = current_services()
+    surface = surface_of(services, surface_id)
     if request.mimetype != "application/json":
         raise ApiError(415, "send the body as application/json")
-    auth = bearer(p)
+    auth = bearer(services)
     note(client=auth.client)
     operation_name, params = parse_query(await json_body())
     try:
@@ -110,7 +110,7 @@ async def enqueue(surface_id: str) -> Response:
         params = op.check(auth, params)
     except HttpError as exc:
         raise ApiError(exc.status, exc.message) from None
-    queue_type = p.queue_type(surface)
+    queue_type = services.queue_type(surface)
     with tracer().start_as_current_span(
         f"send {queue_type}",
         kind=SpanKind.PRODUCER,
@@ -126,12 +126,12 @@ async def enqueue(surface_id: str) -> Response:
             params,
             auth,
             current_traceparent(),
-            tier=p.config.queue_suffix,
+            tier=services.config.queue_suffix,
             per_user=op.per_user,
         )
-        heard = p.pump.heard()  # before the job can finish: see prefer.wait_finished
+        heard = services.pump.heard()  # before the job can finish: see prefer.wait_finished
         try:
-            result = await _enqueue(p, surface, env)
+            result = await _enqueue(services, surface, env)
         except InvalidArgument as exc:  # text Postgres cannot store (NUL, lone surrogates)
             raise ApiError(400, f"params: {exc}") from None
         except DatabaseUnavailable as exc:
@@ -162,10 +162,10 @@ async def enqueue(surface_id: str) -> Response:
         auth.client,
         auth.scope_key,
         result.coalesced,
-        p.config.queue_suffix,
+        services.config.queue_suffix,
         requester_of(auth.client, auth.user_id),
     )
-    token = p.tokens.mint(grant)
+    token = services.tokens.mint(grant)
     body = {
         "jobId": job_id,
         "streamUrl": stream_url(surface.id, job_id, token),
@@ -175,41 +175,41 @@ async def enqueue(surface_id: str) -> Response:
     resp = json_response(body, 202)
     resp.headers["Location"] = body["pollUrl"]
     resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return await prefer.respond(p, result.job_id, grant, resp, heard)  # Prefer: wait
+    return await prefer.respond(services, result.job_id, grant, resp, heard)  # Prefer: wait
 
 
-async def _enqueue(p: Plane, surface: Surface, env: Envelope) -> EnqueueResult:
+async def _enqueue(services: BffServices, surface: Surface, env: Envelope) -> EnqueueResult:
     """Enqueue under backpressure: over a limit, only attaching to a live job is allowed."""
-    queue_type = p.queue_type(surface).name
+    queue_type = services.queue_type(surface).name
     requester = requester_of(env.auth.client, env.auth.user_id)  # who may withdraw
     try:
-        p.load.check(queue_type, env.auth.client)
+        services.load.check(queue_type, env.auth.client)
     except QueueFull:
-        attached = await p.queue.attach(env.dedupe_key, requester)
+        attached = await services.queue.attach(env.dedupe_key, requester)
         if attached is None:
             raise
         return attached
-    result = await p.enqueuer.enqueue(
+    result = await services.enqueuer.enqueue(
         queue_type, env.dedupe_key, env.to_json(), requester=requester
     )
     if not result.coalesced:
-        p.load.added(queue_type, env.auth.client)
+        services.load.added(queue_type, env.auth.client)
     return result
 
 
 @routes.get("/api/<surface_id>/q/<job_id>")
 @server_span("/api/{surface}/q/{jobId}")
 async def poll(surface_id: str, job_id: str) -> Response:
-    p = plane()
-    surface = surface_of(p, surface_id)
-    target = job_target(p, surface, job_id)
-    row = known_answer(p, surface, target) or await read_job(p, surface, target)
+    services = current_services()
+    surface = surface_of(services, surface_id)
+    target = job_target(services, surface, job_id)
+    row = known_answer(services, surface, target) or await read_job(services, surface, target)
     link_job(row)
     if not row.finished:
         resp = json_response({"jobId": str(row.id), "status": row.status}, 202)
         resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return resp
-    return json_response(answer(p, row, target.grant))
+    return json_response(answer(services, row, target.grant))
 
 
 @routes.delete("/api/<surface_id>/q/<job_id>")
@@ -219,12 +219,12 @@ async def cancel(surface_id: str, job_id: str) -> Response:
     requester withdraws once: a repeated DELETE (with the URL token or the bearer JWT)
     answers what the first did and withdraws nobody else. A caller who did not request
     the job (a colleague of the same client and scope) is refused with 403."""
-    p = plane()
-    surface = surface_of(p, surface_id)
-    target = job_target(p, surface, job_id)
-    row = await read_job(p, surface, target)
+    services = current_services()
+    surface = surface_of(services, surface_id)
+    target = job_target(services, surface, job_id)
+    row = await read_job(services, surface, target)
     link_job(row)
-    outcome = await queue_call(p.queue.cancel(row.id, target.requester))
+    outcome = await queue_call(services.queue.cancel(row.id, target.requester))
     if outcome.status == "cancelled":
         instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
         return json_response({"jobId": str(row.id), "status": "cancelled"})
@@ -233,7 +233,7 @@ async def cancel(surface_id: str, job_id: str) -> Response:
     if outcome.status in ("pending", "withdrawn"):  # coalesced requesters keep the job alive
         body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}
         return json_response(body, 202)
-    current = await queue_call(p.queue.get(row.id))
+    current = await queue_call(services.queue.get(row.id))
     status = current.status if current is not None else row.status
     raise ApiError(409, f"the job is {status}: only a pending job can be cancelled")
 
@@ -241,15 +241,15 @@ async def cancel(surface_id: str, job_id: str) -> Response:
 @routes.get("/api/<surface_id>/q/<job_id>/blob")
 @server_span("/api/{surface}/q/{jobId}/blob")
 async def blob(surface_id: str, job_id: str) -> Response:
-    p = plane()
-    surface = surface_of(p, surface_id)
-    row = await read_job(p, surface, job_target(p, surface, job_id))
+    services = current_services()
+    surface = surface_of(services, surface_id)
+    row = await read_job(services, surface, job_target(services, surface, job_id))
     link_job(row)
-    stored = await queue_call(p.queue.get_blob_head(row.id))
+    stored = await queue_call(services.queue.get_blob_head(row.id))
     if stored is None:
         raise ApiError(404, "no blob for this job (it may have expired)")
     # Streamed from the queue DB a chunk at a time: memory per download stays bounded.
-    resp = Response(blob_chunks(p.queue.db, stored), mimetype=stored.content_type)
+    resp = Response(blob_chunks(services.queue.db, stored), mimetype=stored.content_type)
     resp.headers["Content-Length"] = str(stored.size)
     ref = (row.result or {}).get("blobRef") if isinstance(row.result, dict) else None
     if isinstance(ref, dict) and isinstance(ref.get("filename"), str):
@@ -265,30 +265,30 @@ async def stream(surface_id: str, job_id: str) -> Response:
     """The stream's server span ends with the stream (done, error, or a disconnect) and,
     once the row is read, is a child of the job's context: the answer on its way is part
     of the request's trace, beside ``SSE done``. (One that fails first is a root.)"""
-    p = plane()
-    surface = surface_of(p, surface_id)
+    services = current_services()
+    surface = surface_of(services, surface_id)
     last_id = last_event_id()
-    target = job_target(p, surface, job_id)
+    target = job_target(services, surface, job_id)
     waiter: Waiter | None = None
-    row = known_answer(p, surface, target)  # its answer went by: no read, no waiter
+    row = known_answer(services, surface, target)  # its answer went by: no read, no waiter
     if row is None:
         # The waiter goes in before the row is read: a finish in between is not missed.
-        waiter = p.pump.add(target.job_id)
+        waiter = services.pump.add(target.job_id)
         try:
-            row = await read_job(p, surface, target)
+            row = await read_job(services, surface, target)
         except BaseException:
-            p.pump.discard(waiter)
+            services.pump.discard(waiter)
             raise
     exchange = current_exchange()
     if exchange is not None:
         exchange.start_span(context_from(traceparent_of(row)))
     if last_id >= EVENT_FINAL:
         if waiter is not None:
-            p.pump.discard(waiter)
+            services.pump.discard(waiter)
         return Response("", status=204)  # the browser has the answer: stop reconnecting
     if row.finished or last_id < EVENT_QUEUED:
         cork_next_write()  # the first event is ready: the head leaves with it
-    events = job_events(p, row, target.grant, last_id, waiter, exchange)
+    events = job_events(services, row, target.grant, last_id, waiter, exchange)
     resp = Response(events, mimetype="text/event-stream")
     resp.headers["Cache-Control"] = "no-cache"
     resp.headers["X-Accel-Buffering"] = "no"

@@ -72,7 +72,7 @@ async def readyz() -> Response:
     release's migrations; else 503 with the checks and, when the plane is down or the
     schema behind, why."""
     s = state()
-    current = s.plane
+    current = s.services
     checks: dict[str, Any] = {"configured": current is not None}
     why = s.why
     if current is not None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.db import Database
 from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
@@ -17,8 +17,8 @@ from tests.conftest import wait_until
 from tests.helpers import SseEvent, read_sse
 
 
-def plane_of(app: Any) -> Plane:
-    plane = app.extensions["dataplane"].plane
+def plane_of(app: Any) -> BffServices:
+    plane = app.extensions["dataplane"].services
     assert plane is not None
     return plane  # type: ignore[no-any-return]
 

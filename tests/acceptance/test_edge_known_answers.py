@@ -23,7 +23,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.queue import QueueClient, done_channel
 from telemetry import metrics
 from tests.acceptance.conftest import start_bff
@@ -36,7 +36,7 @@ TYPE = "surface-probe"
 
 
 class Bff:
-    def __init__(self, http: httpx.AsyncClient, plane: Plane) -> None:
+    def __init__(self, http: httpx.AsyncClient, plane: BffServices) -> None:
         self.http = http
         self.plane = plane
 

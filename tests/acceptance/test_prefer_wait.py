@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from dataplane.bff.config import MAX_PREFER_WAIT_SECONDS
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from tests.acceptance.conftest import start_bff
@@ -39,7 +39,7 @@ async def post(
 
 
 class Bff:
-    def __init__(self, http: httpx.AsyncClient, plane: Plane) -> None:
+    def __init__(self, http: httpx.AsyncClient, plane: BffServices) -> None:
         self.http = http
         self.plane = plane
 

@@ -18,8 +18,8 @@ to :data:`~dataplane.queue.DONE_NOTIFY_INLINE_MAX` bytes: a few MB in all).
   deletion of queue rows (``maestro_queues``' delete trigger notifies
   :data:`~dataplane.queue.ROWS_DELETED_CHANNEL`): a row an operator deleted is not
   answered from memory.
-* :func:`known_answer` says which callers may be given one: a holder of the job's
-  URL token, for a row of the surface's queue type, without a blob.
+* :func:`~dataplane.bff.jobs.known_answer` says which callers may be given one: a
+  holder of the job's URL token, for a row of the surface's queue type, without a blob.
 """
 
 from __future__ import annotations
@@ -28,14 +28,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from dataplane.queue import JobRow
-
-if TYPE_CHECKING:
-    from dataplane.bff.jobs import JobTarget
-    from dataplane.bff.plane import Plane
-    from dataplane.surfaces.manifest import Surface
 
 RECENT_NOTIFIES = 4096  # notifies remembered, with the answers they carried
 ANSWER_MAX_AGE = 60.0  # seconds after its completion a remembered answer is served
@@ -98,25 +92,3 @@ class RecentNotifies:
         if self._deleted_before is not None and row.completed_at <= self._deleted_before:
             return None  # sealed before a deletion: the row may be gone (read it)
         return row
-
-
-def known_answer(p: Plane, surface: Surface, target: JobTarget) -> JobRow | None:
-    """The job's finished row as its done notify carried it to the reply pump
-    (:meth:`~dataplane.bff.reply.pump.ReplyPump.answered`), for a caller holding the job's
-    URL token; else None (read the row: :func:`~dataplane.bff.jobs.read_job`).
-
-    A URL token is minted by the POST that enqueued the job or attached to it, for
-    that request's owner (client and scope key, which the job's dedupe key includes),
-    and :func:`~dataplane.bff.jobs.job_target` has checked it names this job, surface
-    and tier: the owner check the statement would make is the token's. The row must
-    be of the surface's queue type and of the surface, as a read would require."""
-    if target.grant is None:
-        return None
-    row = p.pump.answered(target.job_id)
-    if row is None or row.type != p.queue_type(surface).name:
-        return None
-    if row.payload.get("surface") != surface.id:
-        return None
-    if isinstance(row.result, dict) and "blobRef" in row.result:
-        return None  # its URL is signed for the owner, who is in the row (never carried)
-    return row

@@ -44,7 +44,7 @@ from werkzeug.http import parse_list_header, parse_options_header, unquote_heade
 
 from dataplane.bff.auth.tokens import StreamGrant
 from dataplane.bff.jobs import answer, record_end_to_end
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.bff.reply.pump import Heard, ReplyPump
 from dataplane.core.errors import DatabaseError
 from dataplane.http import json_response
@@ -126,7 +126,11 @@ async def wait_finished(
 
 
 async def respond(
-    p: Plane, job_id: uuid.UUID, grant: StreamGrant, queued: Response, heard: Heard | None = None
+    services: BffServices,
+    job_id: uuid.UUID,
+    grant: StreamGrant,
+    queued: Response,
+    heard: Heard | None = None,
 ) -> Response:
     """The POST's response: the job's answer if the caller's ``Prefer: wait`` sees it
     come, else ``queued`` (the 202, its ``Location`` the poll URL), with
@@ -135,12 +139,12 @@ async def respond(
     prefer = parse_prefer(request.headers.getlist("Prefer"))
     applied: list[str] = []
     resp = queued
-    wait = min(prefer.wait or 0, p.config.max_prefer_wait_seconds)
+    wait = min(prefer.wait or 0, services.config.max_prefer_wait_seconds)
     if wait > 0:
         applied.append(f"wait={wait}")
-        row = await wait_finished(p.pump, p.queue, job_id, wait, heard_before=heard)
+        row = await wait_finished(services.pump, services.queue, job_id, wait, heard_before=heard)
         if row is not None:
-            resp = json_response(answer(p, row, grant), 200)
+            resp = json_response(answer(services, row, grant), 200)
             resp.headers["Content-Location"] = queued.headers["Location"]
             record_end_to_end(row)
     if prefer.respond_async and resp is queued:

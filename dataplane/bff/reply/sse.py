@@ -25,7 +25,7 @@ from opentelemetry import trace
 
 from dataplane.bff.auth.tokens import StreamGrant
 from dataplane.bff.jobs import answer, record_end_to_end, traceparent_of
-from dataplane.bff.plane import Plane
+from dataplane.bff.plane import BffServices
 from dataplane.bff.reply.pump import Waiter
 from dataplane.http import Exchange, cork_next_write
 from dataplane.queue import JobRow
@@ -47,7 +47,7 @@ def event(name: str, event_id: int, data: Any, *, retry: bool = False) -> bytes:
 
 
 async def job_events(
-    p: Plane,
+    services: BffServices,
     row: JobRow,
     grant: StreamGrant | None,
     last_id: int,
@@ -62,21 +62,21 @@ async def job_events(
     try:
         if row.finished:
             _ended(exchange, row)
-            yield _last(_final(p, row, grant, parent, retry=True))
+            yield _last(_final(services, row, grant, parent, retry=True))
             return
         if waiter is None:
             raise ValueError("a stream of an unfinished job needs its waiter")
         if last_id < EVENT_QUEUED:
             queued = {"jobId": str(row.id), "status": row.status}
             yield event("queued", EVENT_QUEUED, queued, retry=True)
-        deadline = trio.current_time() + p.config.sse_deadline_seconds
+        deadline = trio.current_time() + services.config.sse_deadline_seconds
         while True:
             finished: JobRow | None = None
             with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
                 finished = await waiter.wait()
             if finished is not None:
                 _ended(exchange, finished)
-                yield _last(_final(p, finished, grant, parent, retry=False))
+                yield _last(_final(services, finished, grant, parent, retry=False))
                 return
             if waiter.abandoned:  # the plane restarts: the browser reconnects to it
                 if exchange is not None:
@@ -84,13 +84,13 @@ async def job_events(
                 return
             if trio.current_time() >= deadline:
                 instruments().stream_timeouts.add(1, {QUEUE_TYPE: row.type})
-                _ended(exchange, row, "TIMEOUT", p.config.sse_deadline_seconds)
+                _ended(exchange, row, "TIMEOUT", services.config.sse_deadline_seconds)
                 yield _last(_timeout(row))
                 return
             yield b": keep-alive\n\n"
     finally:
         if waiter is not None:
-            p.pump.discard(waiter)
+            services.pump.discard(waiter)
 
 
 def _last(event: bytes) -> bytes:
@@ -151,7 +151,9 @@ def _timeout(row: JobRow) -> bytes:
     )
 
 
-def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, retry: bool) -> bytes:
+def _final(
+    services: BffServices, row: JobRow, grant: StreamGrant | None, parent: Any, *, retry: bool
+) -> bytes:
     """The final event, under an ``SSE done`` span in the job's trace (the browser's
     GET carries no trace context of its own); records end-to-end time."""
     with tracer().start_as_current_span(
@@ -162,7 +164,7 @@ def _final(p: Plane, row: JobRow, grant: StreamGrant | None, parent: Any, *, ret
             "messaging.operation.name": "deliver",
         },
     ):
-        body = answer(p, row, grant)
+        body = answer(services, row, grant)
         if row.status in ("poison", "cancelled"):
             data = {"jobId": body["jobId"], **body["error"]}
             out = event("error", EVENT_FINAL, data, retry=retry)
