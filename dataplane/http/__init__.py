@@ -1,7 +1,8 @@
 """The HTTP edge shared by the BFF and the capcom receiver (Quart-Trio on Hypercorn).
 
 * :mod:`~dataplane.http.errors`: errors and JSON bodies (:class:`ApiError`,
-  :func:`json_response`, :func:`install_error_handlers`, :func:`require_bearer`);
+  :func:`json_response`, :func:`require_bearer`);
+* :mod:`~dataplane.http.hooks`: what every app installs (:func:`install_error_handlers`);
 * :mod:`~dataplane.http.exchange`: the request observer (:class:`Exchange`: access
   log, server span, duration metric; :func:`server_span`, :func:`note`,
   :func:`cork_next_write`);
@@ -19,7 +20,6 @@ from dataplane.http.errors import (
     UNAVAILABLE_RETRY_AFTER,
     ApiError,
     body_unread,
-    install_error_handlers,
     json_response,
     prometheus_response,
     require_bearer,
@@ -35,6 +35,7 @@ from dataplane.http.exchange import (
     server_span,
 )
 from dataplane.http.guard import CONTINUE_EXTENSION, RequireTrio, shield_final_send
+from dataplane.http.hooks import install_error_handlers
 from dataplane.http.serve import EdgeLogger, ServeConfig, route_hypercorn_logs, serve_app
 
 __all__ = [

@@ -1,11 +1,9 @@
 """Errors and the bodies we send: every error answers ``{"error": {"status", "code",
 "message"}}``.
 
-* :class:`ApiError`: an HTTP error answered as that body; :func:`install_error_handlers`
-  makes every error (ours, and Quart's 404/405/413/415...) answer it, and closes a
-  connection whose request body was left unread by the refusal (reusing it would stall
-  both sides); a path with a doubled slash is an unknown route (JSON 404), not an HTML
-  redirect;
+* :class:`ApiError`: an HTTP error answered as that body (every error answers it:
+  :func:`~dataplane.http.hooks.install_error_handlers`); :func:`body_unread`, whether
+  a refusal left the request's body on the connection;
 * :func:`json_response`, :func:`prometheus_response`: the bodies we send;
 * :func:`require_bearer`: a shared-token check (``/metrics`` with a token).
 """
@@ -18,10 +16,6 @@ import logging
 from typing import Any, ClassVar
 
 from quart import Response, request
-from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
-
-from dataplane.http.paths import needless_escape
 
 log = logging.getLogger(__name__)
 
@@ -97,55 +91,6 @@ def body_unread() -> bool:
         return False
     complete = getattr(request.body, "_complete", None)
     return not (complete is not None and complete.is_set())
-
-
-def install_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
-    """Every error answers the JSON error body; refusals before the body close."""
-
-    async def api_error(error: ApiError) -> Response:
-        return error.response()
-
-    async def http_error(error: HTTPException) -> Response:
-        status = error.code or 500
-        message = {413: f"request body over {max_body_bytes} bytes"}.get(
-            status, error.description or error.name
-        )
-        resp = ApiError(status, message).response()
-        allow = dict(error.get_headers()).get("Allow")
-        if allow:
-            resp.headers["Allow"] = allow
-        return resp
-
-    async def close_if_body_unread(response: Response) -> Response:
-        # An answer given before the request body was read (405, 413, 415, 401...) leaves
-        # that body on the connection; reusing it would stall both sides. Close it.
-        if response.status_code >= 400 and body_unread():
-            response.headers["Connection"] = "close"
-        return response
-
-    # A doubled slash must not be "merged" by a 308 redirect: Quart answers routing
-    # redirects with HTML, past every error handler. Unmerged, the path matches no
-    # route and answers the JSON 404 like any other unknown route.
-    app.url_map.merge_slashes = False
-    for rule in app.url_map.iter_rules():
-        rule.merge_slashes = False
-
-    async def refuse_needless_escapes() -> None:
-        escape = needless_escape(request.scope.get("raw_path") or b"")
-        if escape is not None:
-            raise ApiError(
-                400,
-                f"the path percent-encodes {escape}: letters, digits, '-._~' and '/' are"
-                " sent as themselves, never encoded",
-            )
-
-    app.before_request(refuse_needless_escapes)
-    app.register_error_handler(ApiError, api_error)
-    app.register_error_handler(HTTPException, http_error)
-    app.after_request(close_if_body_unread)
-    from dataplane.http.exchange import note_route  # it imports ApiError from here
-
-    app.before_request(note_route)
 
 
 def require_bearer(expected: str | None, setting: str) -> None:
