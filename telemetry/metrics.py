@@ -24,7 +24,7 @@ Two rules keep Prometheus' ``increase()`` and ``rate()`` honest:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Literal
 
@@ -278,12 +278,28 @@ def _counter(meter: Meter, name: str, unit: str, description: str) -> Counter:
     return meter.create_counter(name, unit=unit, description=description)
 
 
+def _as_is(meter: Meter) -> object:
+    return meter
+
+
+# What a meter records into: the API's proxy meter (made before a provider was set)
+# delegates once one is, to a meter it keeps in a private attribute, which
+# dataplane.compat.opentelemetry reads (use_meter_delegate). Without it a meter is
+# taken as it is: a proxy counts as recording.
+_meter_delegate: Callable[[Meter], object] = _as_is
+
+
+def use_meter_delegate(delegate: Callable[[Meter], object] | None) -> None:
+    """How :func:`metrics_on` sees through a proxy meter (None: it does not)."""
+    global _meter_delegate
+    _meter_delegate = delegate or _as_is
+
+
 def metrics_on() -> bool:
     """Whether the instruments record anywhere: without a meter provider the API's
     proxy meter drops every value, so recording is skipped before its attributes are
     even built. A proxy meter records once a provider is set, from then on."""
-    meter = instruments()._meter
-    real = getattr(meter, "_real_meter", meter)  # a proxy's delegate (private: else "on")
+    real = _meter_delegate(instruments()._meter)
     return real is not None and not isinstance(real, metrics.NoOpMeter)
 
 

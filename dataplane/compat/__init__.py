@@ -80,7 +80,12 @@ def install_edge(app: QuartTrio) -> list[str]:
         if not tested(module.DISTRIBUTION, module.TESTED, version):
             if module is hypercorn:
                 guard_connections()  # HTTP/1.1 only, closed on FIN: a safety fix, kept
-            left += names
+                hypercorn.shield_final_sends()  # connections close: kept too
+                installed.append("shielded_final_send")
+            else:
+                quart_trio.unmerge_slashes(app)  # public API: kept too
+                installed.append("unmerged_slashes")
+            left += [name for name in names if name not in installed]
             continue
         done = hypercorn.install(stock) if module is hypercorn else quart_trio.install(app)
         installed += done
@@ -107,7 +112,10 @@ def install_process() -> list[str]:
             if module is psycopg:
                 psycopg.bind_running_loop()  # correctness: the plane's only way to its DB
                 installed.append("running_loop")
-            module.install(frozenset(module.SPEED))  # the stock path, whatever ran before
+            if module is opentelemetry:  # the stock path, whatever ran before
+                opentelemetry.install(frozenset(module.SPEED), tested=False)
+            else:
+                module.install(frozenset(module.SPEED))
             left += [name for name in names if name not in installed]
             continue
         done = module.install(stock)

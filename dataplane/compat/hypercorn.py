@@ -2,9 +2,11 @@
 
 * ``deferred_continue`` (correctness, always on): :class:`DeferredContinueH11Protocol`
   replaces ``hypercorn.protocol.H11Protocol`` so ``100 Continue`` goes out only once
-  the app reads the body (``docs/known-issues.md`` 2); it also joins a sized
-  response's head to its body in one socket write, and honours
-  :func:`~dataplane.http.exchange.cork_next_write` (speed, part of the same class).
+  the app reads the body (``docs/known-issues.md`` 2).
+* ``corking`` (speed): the same protocol joins a sized response's head to its body in
+  one socket write, and holds a part a route corked
+  (:func:`~dataplane.http.exchange.cork_next_write`: a hint that the next part follows
+  at once) for the write of the next; left out, every part is written as it comes.
 * ``keep_alive_timer`` (speed): :class:`KeepAliveTimer` replaces
   ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``):
   against the stock path, alternated, BFF CPU per ``Prefer`` answer 0.83 of stock
@@ -14,6 +16,11 @@
   on ``bench/load.py --ab``; ``docs/perf/compat-ab.md``.)
 * ``edge_logger`` (ours, always on): :class:`~dataplane.http.serve.EdgeLogger` as
   ``hypercorn.config.Config.logger_class``.
+
+* ``shielded_final_send`` (correctness, always on, even outside the tested versions):
+  :func:`shield_final_send` wraps every request's ``send`` (through
+  :func:`dataplane.http.guard.use_final_send`) so the message that ends a response is
+  sent shielded and the connection closes (``docs/known-issues.md`` 1).
 
 Connections are HTTP/1.1 only and closed on time whatever is installed
 (:func:`dataplane.compat.http11.guard_connections`, a correctness workaround).
@@ -36,13 +43,14 @@ from hypercorn.events import RawData
 from hypercorn.protocol.events import StreamClosed
 
 from dataplane.compat.http11 import HTTP11OnlyProtocol, guard_connections
-from dataplane.http.exchange import current_exchange
+from dataplane.http.exchange import Send, current_exchange, ends_response
+from dataplane.http.guard import use_final_send
 from dataplane.http.serve import route_hypercorn_logs
 
 DISTRIBUTION = "hypercorn"
 TESTED = ((0, 18),)  # minor versions; requirements.lock pins 0.18.0
-CORRECTNESS = ("deferred_continue", "edge_logger")
-SPEED = ("keep_alive_timer",)
+CORRECTNESS = ("deferred_continue", "edge_logger", "shielded_final_send")
+SPEED = ("keep_alive_timer", "corking")
 # The private names of Hypercorn this module reads or replaces (tests/unit/test_compat.py).
 REACHES = (
     "hypercorn.protocol.H11Protocol",
@@ -83,13 +91,16 @@ class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
     request carrying ``Expect: 100-continue``, before the app has even seen it: a
     client is invited to send its body to be refused (401) anyway. Here the 100 goes
     out when the app first reads the body (:meth:`send_continue`), and never when it
-    answers first (a response ends the client's wait, RFC 9110 §10.1.1). And a sized
-    response's head is written together with its body (one socket write fewer)."""
+    answers first (a response ends the client's wait, RFC 9110 §10.1.1). And, with
+    :attr:`corking`, a sized response's head is written together with its body (one
+    socket write fewer)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection = _DeferredContinueConnection(self.connection)  # type: ignore[assignment]
         self._held = b""  # bytes of a response not written yet (they lead the next write)
+
+    corking = True  # the ``corking`` replacement (speed): off, every part goes at once
 
     async def _send_h11_event(self, event: Any) -> None:
         # A sized response's head leaves with its body (or its end): one socket write
@@ -97,7 +108,7 @@ class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
         # minutes away) or body part is held only when the route corked it
         # (cork_next_write): the part that follows is known to come at once.
         kind = type(event)
-        if kind is _H11.Response or kind is _H11.Data:
+        if self.corking and (kind is _H11.Response or kind is _H11.Data):
             exchange = current_exchange()
             corked = exchange is not None and exchange.corked
             if corked or (
@@ -138,6 +149,35 @@ class DeferredContinueH11Protocol(HTTP11OnlyProtocol):
                     status_code=100, headers=self.config.response_headers("h11")
                 )
             )
+
+
+def shield_final_send(send: Send) -> Send:
+    """``send``, with the message that ends a response shielded from cancellation.
+
+    Hypercorn's trio server finishes a response *inside* that ``send``: it hands the
+    app ``http.disconnect``, then either closes the socket (``Connection: close``,
+    HTTP/1.0, a close-delimited body such as an SSE stream) or arms the keep-alive
+    timer. Quart-Trio cancels the request's nursery as soon as it receives that
+    ``http.disconnect`` — so, unshielded, the close (or the timer) is cancelled half
+    way and the connection is never closed (docs/known-issues.md). Sending bytes is
+    already shielded by Hypercorn; this adds only the bookkeeping that follows the
+    last one, which does not wait on the peer (``send_eof``/``aclose``, starting a
+    timer, one message to the app's receive channel).
+    """
+
+    async def send_shielded_at_end(message: dict[str, Any]) -> None:
+        if ends_response(message):
+            with trio.CancelScope(shield=True):
+                await send(message)
+        else:
+            await send(message)
+
+    return send_shielded_at_end
+
+
+def shield_final_sends() -> None:
+    """Send the message that ends every response shielded (idempotent)."""
+    use_final_send(shield_final_send)
 
 
 def defer_100_continue() -> None:
@@ -199,9 +239,13 @@ def install(stock: Collection[str]) -> list[str]:
     """Install this module's replacements except the speed ones named in ``stock``
     (the correctness ones always); return the names installed."""
     guard_connections()  # HTTP/1.1 only and connections closed on time: always on
+    shield_final_sends()
     defer_100_continue()
     route_hypercorn_logs()
-    installed = ["deferred_continue", "edge_logger"]
+    installed = ["deferred_continue", "edge_logger", "shielded_final_send"]
+    DeferredContinueH11Protocol.corking = "corking" not in stock
+    if DeferredContinueH11Protocol.corking:
+        installed.append("corking")
     if "keep_alive_timer" not in stock:
         lean_keep_alive_timer()
         installed.append("keep_alive_timer")

@@ -6,8 +6,7 @@
 * :mod:`~dataplane.http.exchange`: the request observer (:class:`Exchange`: access
   log, server span, duration metric; :func:`server_span`, :func:`note`,
   :func:`cork_next_write`);
-* :mod:`~dataplane.http.guard`: the asyncio guard (:class:`RequireTrio`) and the
-  shielded final send;
+* :mod:`~dataplane.http.guard`: the asyncio guard (:class:`RequireTrio`);
 * :mod:`~dataplane.http.serve`: serving in this process (:func:`serve_app`,
   :class:`ServeConfig`) and Hypercorn's logs through ours (:class:`EdgeLogger`).
 
@@ -34,7 +33,7 @@ from dataplane.http.exchange import (
     route_template,
     server_span,
 )
-from dataplane.http.guard import CONTINUE_EXTENSION, RequireTrio, shield_final_send
+from dataplane.http.guard import CONTINUE_EXTENSION, RequireTrio, use_final_send
 from dataplane.http.hooks import install_error_handlers
 from dataplane.http.serve import EdgeLogger, ServeConfig, route_hypercorn_logs, serve_app
 
@@ -61,5 +60,5 @@ __all__ = [
     "route_template",
     "serve_app",
     "server_span",
-    "shield_final_send",
+    "use_final_send",
 ]

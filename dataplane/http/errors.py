@@ -89,8 +89,8 @@ def body_unread() -> bool:
     )
     if not has_body:
         return False
-    complete = getattr(request.body, "_complete", None)
-    return not (complete is not None and complete.is_set())
+    # Our request body says (dataplane.compat.quart_trio); any other is taken as unread.
+    return getattr(request.body, "read_to_the_end", None) is not True
 
 
 def require_bearer(expected: str | None, setting: str) -> None:

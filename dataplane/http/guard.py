@@ -1,13 +1,13 @@
 """The ASGI guard in front of every app we serve (:class:`RequireTrio`).
 
 Under anything but Trio it fails at startup, naming ``-k trio``. Under Trio, each HTTP
-request is observed (:class:`~dataplane.http.exchange.Exchange`), the message that ends
-its response is sent shielded so the connection closes as HTTP says
-(:func:`shield_final_send`: a Hypercorn/Quart-Trio defect, ``docs/known-issues.md`` 1),
-and a request that expects ``100 Continue`` carries the hook that sends it
-(:data:`CONTINUE_EXTENSION`, when :mod:`dataplane.compat.hypercorn`'s protocol serves
-the connection). The guard installs nothing: the process's entry point does
-(:mod:`dataplane.compat`).
+request is observed (:class:`~dataplane.http.exchange.Exchange`), its ``send`` goes
+through what :func:`use_final_send` installed (the shielded final send of
+:mod:`dataplane.compat.hypercorn`: a Hypercorn/Quart-Trio defect,
+``docs/known-issues.md`` 1), and a request that expects ``100 Continue`` carries the
+hook that sends it (:data:`CONTINUE_EXTENSION`, when :mod:`dataplane.compat.hypercorn`'s
+protocol serves the connection). The guard installs nothing: the process's entry point
+does (:mod:`dataplane.compat`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import sniffio
-import trio
 from quart_trio import QuartTrio
 
-from dataplane.http.exchange import _EXCHANGE, Exchange, Receive, Send, ends_response
+from dataplane.http.exchange import _EXCHANGE, Exchange, Receive, Send
 
 CONTINUE_EXTENSION = "dataplane.send_continue"  # ASGI scope extension: await it for a 100
 SendContinue = Callable[[], Awaitable[None]]
@@ -44,28 +43,19 @@ def continue_hook(scope: dict[str, Any], send: Send) -> SendContinue | None:
     return send_continue if callable(send_continue) else None
 
 
-def shield_final_send(send: Send) -> Send:
-    """``send``, with the message that ends a response shielded from cancellation.
+def _as_is(send: Send) -> Send:
+    return send
 
-    Hypercorn's trio server finishes a response *inside* that ``send``: it hands the
-    app ``http.disconnect``, then either closes the socket (``Connection: close``,
-    HTTP/1.0, a close-delimited body such as an SSE stream) or arms the keep-alive
-    timer. Quart-Trio cancels the request's nursery as soon as it receives that
-    ``http.disconnect`` — so, unshielded, the close (or the timer) is cancelled half
-    way and the connection is never closed (docs/known-issues.md). Sending bytes is
-    already shielded by Hypercorn; this adds only the bookkeeping that follows the
-    last one, which does not wait on the peer (``send_eof``/``aclose``, starting a
-    timer, one message to the app's receive channel).
-    """
 
-    async def send_shielded_at_end(message: dict[str, Any]) -> None:
-        if ends_response(message):
-            with trio.CancelScope(shield=True):
-                await send(message)
-        else:
-            await send(message)
+# How the message that ends a response is sent: as the app sends it, unless
+# dataplane.compat installs its workaround (shielded from cancellation: known issue 1).
+_final_send: Callable[[Send], Send] = _as_is
 
-    return send_shielded_at_end
+
+def use_final_send(wrap: Callable[[Send], Send] | None) -> None:
+    """Wrap every request's ``send`` with ``wrap`` (None: send as the app does)."""
+    global _final_send
+    _final_send = wrap or _as_is
 
 
 def end_hypercorn_parent() -> None:
@@ -121,7 +111,7 @@ class RequireTrio:
             exchange = Exchange(scope)
             token = _EXCHANGE.set(exchange)
             try:
-                observed = shield_final_send(exchange.observe(send))
+                observed = _final_send(exchange.observe(send))
                 await self.inner(scope, receive, observed)  # type: ignore[arg-type]
             except Exception as exc:
                 exchange.failed(exc)

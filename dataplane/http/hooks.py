@@ -4,8 +4,9 @@ body closing the connection, needless escapes refused, the route noted for metri
 :func:`install_error_handlers` makes every error (ours, and Quart's 404/405/413/415...)
 answer :class:`~dataplane.http.errors.ApiError`'s body, and closes a connection whose
 request body was left unread by the refusal (reusing it would stall both sides); a path
-with a doubled slash is an unknown route (JSON 404), not an HTML redirect; a path that
-percent-encodes what needs no encoding is a 400 (:mod:`dataplane.http.paths`).
+that percent-encodes what needs no encoding is a 400 (:mod:`dataplane.http.paths`).
+(A path with a doubled slash is an unknown route, the JSON 404, once
+:mod:`dataplane.compat.quart_trio` has unmerged the app's slashes.)
 """
 
 from __future__ import annotations
@@ -42,13 +43,6 @@ def install_error_handlers(app: QuartTrio, *, max_body_bytes: int) -> None:
         if response.status_code >= 400 and body_unread():
             response.headers["Connection"] = "close"
         return response
-
-    # A doubled slash must not be "merged" by a 308 redirect: Quart answers routing
-    # redirects with HTML, past every error handler. Unmerged, the path matches no
-    # route and answers the JSON 404 like any other unknown route.
-    app.url_map.merge_slashes = False
-    for rule in app.url_map.iter_rules():
-        rule.merge_slashes = False
 
     async def refuse_needless_escapes() -> None:
         escape = needless_escape(request.scope.get("raw_path") or b"")

@@ -19,6 +19,7 @@ import trio
 from hypercorn.events import RawData
 from hypercorn.trio import tcp_server
 
+from dataplane.compat.hypercorn import DeferredContinueH11Protocol
 from dataplane.queue import QueueClient
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until
@@ -106,3 +107,15 @@ async def test_a_resumed_stream_sends_its_head_at_once(
         text = (await resp.aread()).decode()
     assert "event: done" in text and "event: queued" not in text
     assert len(writes) == 2 and writes[1].endswith(b"\r\n0\r\n\r\n")
+
+
+async def test_without_corking_the_head_and_the_body_are_written_apart(
+    http: httpx.AsyncClient, writes: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DATAPLANE_STOCK_STACK=corking leaves the joining out: the stock path's writes."""
+    monkeypatch.setattr(DeferredContinueH11Protocol, "corking", False)
+    resp = await post(http, "probe", "echo", {"value": "two writes"})
+    assert resp.status_code == 202
+    head, *rest = writes
+    assert head.startswith(b"HTTP/1.1 202 ") and not head.endswith(resp.content)
+    assert b"".join(rest).endswith(resp.content)

@@ -17,7 +17,7 @@ from dataplane.compat import opentelemetry as compat_otel
 from dataplane.compat import psycopg as compat_psycopg
 from dataplane.compat import quart_trio as compat_quart_trio
 from dataplane.db import connection
-from telemetry import otel, spans
+from telemetry import metrics, otel, spans
 
 MODULES = (compat_hypercorn, compat_quart_trio, compat_psycopg, compat_otel)
 
@@ -54,6 +54,9 @@ assert "send_lock" in inspect.getsource(TCPServer.__init__)
 assert "_nursery" in inspect.getsource(importlib.import_module("hypercorn.trio.task_group"))
 assert "_must_raise" in inspect.getsource(
     importlib.import_module("quart_trio.wrappers.request").TrioBody.__init__
+)
+assert "self._complete" in inspect.getsource(
+    importlib.import_module("quart.wrappers.request").Body.__init__
 )
 
 # psycopg: the wait we override, the timeout we raise, the name we rebind
@@ -95,6 +98,8 @@ assert list(inspect.signature(Event.__init__).parameters)[:4] == [
 provider = TracerProvider()
 provider.sampler.should_sample, provider.id_generator.generate_span_id, provider.resource
 exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
+from opentelemetry.metrics._internal import _ProxyMeter
+assert _ProxyMeter("x")._real_meter is None
 assert callable(exporter._client.export) and exporter._shutdown is False
 """
 
@@ -137,14 +142,14 @@ import asyncio, psycopg, psycopg.waiting
 stock_loop = psycopg.waiting.get_running_loop
 import dataplane.worker.main, dataplane.cli
 from dataplane.db import connection
-from telemetry import otel, spans
+from telemetry import metrics, otel, spans
 assert psycopg.waiting.get_running_loop is stock_loop
 assert connection.connection_class() is psycopg.AsyncConnection
 assert spans._factory is None
 assert otel._http_span_exporter is None and otel._resource_wrapper is None
 from dataplane.compat import install_process
-assert install_process() == ["running_loop", "lean_wait", "lean_spans", "lean_otlp",
-                             "hashed_resource"]
+assert install_process() == ["running_loop", "lean_wait", "proxy_meter", "lean_spans",
+                             "lean_otlp", "hashed_resource"]
 assert psycopg.waiting.get_running_loop is asyncio.get_running_loop is not stock_loop
 assert connection.connection_class() is not psycopg.AsyncConnection
 assert spans._factory is not None and otel._http_span_exporter is not None
@@ -170,9 +175,10 @@ def test_the_kill_switch_leaves_every_process_replacement_out(
 ) -> None:
     monkeypatch.setenv("DATAPLANE_STOCK_STACK", "1")
     try:
-        assert compat.install_process() == ["running_loop"]  # correctness stays
+        assert compat.install_process() == ["running_loop", "proxy_meter"]  # correctness
         assert connection.connection_class() is psycopg.AsyncConnection
         assert spans._factory is None and otel._http_span_exporter is None
+        assert metrics._meter_delegate is compat_otel.proxy_delegate
         assert otel._resource_wrapper is None
         monkeypatch.setenv("DATAPLANE_STOCK_STACK", "lean_otlp")
         assert "lean_otlp" not in compat.install_process()
@@ -196,6 +202,7 @@ def test_an_untested_psycopg_or_sdk_keeps_only_the_correctness_workaround(
             assert compat.install_process() == ["running_loop"]
         assert connection.connection_class() is psycopg.AsyncConnection
         assert spans._factory is None and otel._http_span_exporter is None
+        assert metrics._meter_delegate is metrics._as_is  # a proxy meter counts as on
         gates = [r.getMessage() for r in caplog.records if "not a tested version" in r.getMessage()]
         assert len(gates) == 2 and "psycopg 9.9.0" in gates[0]
     finally:
@@ -225,9 +232,15 @@ def test_untested_version_installs_nothing_and_says_so(
     app = QuartTrio(__name__)
     stock_request = app.request_class
     with caplog.at_level(logging.INFO, logger="dataplane.compat"):
-        assert compat.install_edge(app) == []
+        # Only what works around a defect through public API, or keeps connections safe.
+        assert compat.install_edge(app) == ["shielded_final_send", "unmerged_slashes"]
     assert hypercorn.protocol.H11Protocol is before  # type: ignore[attr-defined]
     assert app.request_class is stock_request
     gates = [r.getMessage() for r in caplog.records if "not a tested version" in r.getMessage()]
     assert len(gates) == 2 and "hypercorn 0.99.0" in gates[0]
-    assert any("installed: none" in r.getMessage() for r in caplog.records)
+    assert app.url_map.merge_slashes is False
+    assert any(
+        "installed: shielded_final_send, unmerged_slashes; not installed: deferred_continue"
+        in r.getMessage()
+        for r in caplog.records
+    )

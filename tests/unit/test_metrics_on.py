@@ -10,6 +10,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from dataplane.compat.opentelemetry import proxy_delegate
 from telemetry import metrics
 
 
@@ -38,7 +39,9 @@ def test_an_sdk_meter_records_and_so_does_the_worker(monkeypatch: pytest.MonkeyP
         provider.shutdown()
 
 
-def test_a_proxy_meter_records_from_when_a_provider_is_set() -> None:
+def test_a_proxy_meter_records_from_when_a_provider_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The API's proxy meter (no provider yet) drops values; once one is set it
     delegates: metrics_on() follows it without the instruments being made again."""
     from opentelemetry.metrics._internal import _ProxyMeter
@@ -46,6 +49,17 @@ def test_a_proxy_meter_records_from_when_a_provider_is_set() -> None:
     proxy = _ProxyMeter("dataplane")
     instruments = metrics.instruments()
     instruments._meter = proxy
+    monkeypatch.setattr(metrics, "_meter_delegate", proxy_delegate)  # as compat installs
     assert metrics.metrics_on() is False
     proxy.on_set_meter_provider(MeterProvider())
     assert metrics.metrics_on() is True
+
+
+def test_without_compat_a_proxy_meter_counts_as_recording(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.metrics._internal import _ProxyMeter
+
+    monkeypatch.setattr(metrics, "_meter_delegate", metrics._as_is)
+    metrics.instruments()._meter = _ProxyMeter("dataplane")
+    assert metrics.metrics_on() is True  # attributes built: nothing is lost

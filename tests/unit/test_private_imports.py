@@ -104,3 +104,103 @@ from hypercorn.config import Config
         "opentelemetry.sdk.trace.ReadableSpan",
         "psycopg.errors._WaitTimeout",
     ]
+
+
+# -- private attributes read outside compat -------------------------------------------
+# An import is not the only reach: ``request.body._complete`` or
+# ``getattr(meter, "_real_meter")`` read a patched library's internals through an
+# object. Types are not known here, so the rule is by name: outside dataplane/compat/,
+# a private attribute (``_x``, not a dunder) may be read only if our own code defines
+# that name somewhere (an attribute it sets, a function, class or variable it names,
+# a slot); and a standard-library module's own private names are the library's API
+# (``os._exit``, ``argparse._SubParsersAction`` in a type).
+STDLIB_BASES = {"os", "argparse", "sys"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def defined_private_names(sources: list[str]) -> set[str]:
+    """The private names our code defines anywhere."""
+    ours: set[str] = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = node.name
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                name = node.attr
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                name = node.id
+            elif isinstance(node, ast.arg):
+                name = node.arg
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+            ):
+                ours.update(
+                    c.value
+                    for c in ast.walk(node.value)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                )
+                continue
+            else:
+                continue
+            if _private(name):
+                ours.add(name)
+    return ours
+
+
+def private_reads(source: str, ours: set[str]) -> list[str]:
+    """Reads of private attributes not ours (``x._y``, ``getattr(x, "_y")``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            base = node.value
+            if not _private(node.attr) or node.attr in ours:
+                continue
+            if isinstance(base, ast.Name) and base.id in STDLIB_BASES:
+                continue
+            found.append(ast.unparse(node))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in ours
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_only_compat_reads_private_attributes_of_other_libraries() -> None:
+    paths = sorted(
+        p for package in ("dataplane", "telemetry") for p in (ROOT / package).rglob("*.py")
+    )
+    ours = defined_private_names([p.read_text() for p in paths])
+    offenders = []
+    for path in paths:
+        relative = path.relative_to(ROOT).as_posix()
+        if not relative.startswith("dataplane/compat/"):
+            offenders += [f"{relative}: {r}" for r in private_reads(path.read_text(), ours)]
+    assert not offenders, "outside dataplane/compat:\n" + "\n".join(offenders)
+
+
+def test_the_attribute_check_sees_each_kind_of_read() -> None:
+    source = """
+class Ours:
+    __slots__ = ("_slot",)
+    def __init__(self):
+        self._mine = 1
+def _helper(): ...
+request.body._complete
+getattr(meter, "_real_meter", meter)
+x._mine, y._slot, _helper(), os._exit(1), z.__dict__
+"""
+    ours = defined_private_names([source])
+    assert private_reads(source, ours) == [
+        "request.body._complete",
+        "getattr(meter, '_real_meter', meter)",
+    ]

@@ -12,6 +12,11 @@
   worked out once (the SDK's ``Resource.__hash__`` JSON-encodes every attribute on
   each call, and its OTLP encoder hashes the resource once per span exported).
 
+And one correctness name (always on): ``proxy_meter``, :func:`proxy_delegate` lets
+:func:`~telemetry.metrics.metrics_on` see through the API's proxy meter to the meter
+it delegates to (its private ``_real_meter``), so a worker whose metrics are off builds
+no job's metric attributes; without it a proxy counts as recording.
+
 The figures against the stock path, alternated: ``docs/perf/compat-ab.md``.
 Tested with opentelemetry-sdk 1.39 to 1.45 (pyproject.toml caps it below 1.46).
 Installed by :func:`install` from the entry points (:func:`dataplane.compat.install_process`),
@@ -27,11 +32,11 @@ from typing import Any
 
 from dataplane.compat.opentelemetry.otlp import SpanExporter
 from dataplane.compat.opentelemetry.spans import LeanTracer
-from telemetry import otel, spans
+from telemetry import metrics, otel, spans
 
 DISTRIBUTION = "opentelemetry-sdk"
 TESTED = tuple((1, minor) for minor in range(39, 46))
-CORRECTNESS: tuple[str, ...] = ()
+CORRECTNESS = ("proxy_meter",)
 SPEED = ("lean_spans", "lean_otlp", "hashed_resource")
 # The private (or internal) names of the SDK this package reads or replaces
 # (tests/unit/test_compat.py checks each exists with the shape used).
@@ -42,7 +47,14 @@ REACHES = (
     "opentelemetry.sdk.util.instrumentation.InstrumentationScope",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter.OTLPSpanExporter",  # ._client
     "opentelemetry.sdk.resources.Resource.__hash__",
+    "opentelemetry.metrics._internal._ProxyMeter",  # its instances' _real_meter
 )
+
+
+def proxy_delegate(meter: Any) -> object:
+    """The meter a proxy meter delegates to (None while no provider is set); any other
+    meter is itself."""
+    return getattr(meter, "_real_meter", meter)
 
 
 def hashed_resource(resource: Any) -> Any:
@@ -70,10 +82,12 @@ def _hashed_resource_type() -> type:
     return HashedResource
 
 
-def install(stock: Collection[str]) -> list[str]:
+def install(stock: Collection[str], *, tested: bool = True) -> list[str]:
     """Install the replacements not named in ``stock``, put back the SDK's for those
-    that are; return the names installed."""
-    installed = []
+    that are (and, for an untested SDK, ``proxy_meter`` too); return the names
+    installed."""
+    metrics.use_meter_delegate(proxy_delegate if tested else None)
+    installed = ["proxy_meter"] if tested else []
     lean = "lean_spans" not in stock
     spans.use_tracer_factory(LeanTracer if lean else None)
     if lean:
