@@ -23,7 +23,6 @@ from quart import Blueprint, Response
 from dataplane.bff.openapi import openapi_document
 from dataplane.bff.routes import state
 from dataplane.core.errors import DatabaseError
-from dataplane.db import q
 from dataplane.http import ApiError, json_response, prometheus_response, require_bearer
 from dataplane.queue.migrations import pending
 from telemetry.otel import prometheus_text
@@ -78,7 +77,7 @@ async def readyz() -> Response:
     if current is not None:
         checks["listening"] = current.pump.listening
         try:
-            await current.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
+            await current.db.ping(call_timeout=READY_TIMEOUT)
             checks["queueDb"] = True
             now = trio.current_time()
             if not current.migrated or now - current.schema_checked_at >= SCHEMA_RECHECK:

@@ -153,7 +153,7 @@ def create_app() -> QuartTrio:
         checks = {"token": state.token is not None, "db": False}
         if state.db is not None:
             try:
-                await state.db.fetchone(q("ping"), call_timeout=READY_TIMEOUT)
+                await state.db.ping(call_timeout=READY_TIMEOUT)
                 checks["db"] = True
             except DatabaseError:
                 pass

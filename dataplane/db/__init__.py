@@ -11,7 +11,7 @@ errors become the project's (:mod:`dataplane.core.errors`).
 * :mod:`~dataplane.db.sql`: the named statements of ``sql/queries/*.sql``.
 """
 
-from dataplane.db.admin import close_to_public, ensure_database
+from dataplane.db.admin import close_to_public, ensure_database, open_to_public
 from dataplane.db.bridge import current_loop, open_bridge, run_on_loop
 from dataplane.db.connection import Connection, DatabaseConfig, translate, with_params
 from dataplane.db.listener import (
@@ -43,6 +43,7 @@ __all__ = [
     "ensure_database",
     "open_bridge",
     "open_database",
+    "open_to_public",
     "q",
     "run_on_loop",
     "translate",

@@ -18,6 +18,14 @@ async def ensure_database(admin: Database, name: str) -> bool:
     return True
 
 
+async def open_to_public(db: Database) -> tuple[bool, str]:
+    """Whether every role may connect to ``db``'s database (PUBLIC holds CONNECT, the
+    default), and the database's name."""
+    row = await db.fetchone(q("database_open_to_public"))
+    assert row is not None
+    return bool(row["open"]), str(row["name"])
+
+
 async def close_to_public(db: Database) -> None:
     """Only roles granted CONNECT (and superusers) may connect to ``db``'s database (run
     by its owner). LISTEN needs no privilege: a role that may connect hears every job id

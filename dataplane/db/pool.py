@@ -44,7 +44,7 @@ from dataplane.db.connection import (
     translate,
 )
 from dataplane.db.listener import Listener
-from dataplane.db.sql import statement_name
+from dataplane.db.sql import q, statement_name
 from telemetry.metrics import track_pool
 from telemetry.tracing import (
     Statement,
@@ -181,6 +181,15 @@ class Database:
         if not in_trace():
             return await self.run(_execute, query, params, **kw)
         return await self._traced(_execute, query, params, None, kw)
+
+    async def ping(self, **kw: Any) -> None:
+        """A round trip on a pooled connection (raises :class:`DatabaseError` when the
+        database cannot be reached in time)."""
+        await self.fetchone(q("ping"), **kw)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """``pg_notify(channel, payload)`` (delivered when its statement commits)."""
+        await self.execute(q("notify_send"), {"channel": channel, "payload": payload})
 
     async def _traced(
         self,

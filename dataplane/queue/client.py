@@ -342,7 +342,7 @@ class QueueClient(QueueReaders):
                 f"notify payload is {len(payload.encode())} bytes; "
                 f"Postgres allows at most {MAX_NOTIFY_PAYLOAD}"
             )
-        await self.db.execute(q("notify_send"), {"channel": channel, "payload": payload})
+        await self.db.notify(channel, payload)
 
 
 def carried(completion: Completion, result: str) -> bool:

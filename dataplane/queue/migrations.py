@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, LiteralString
 
 from dataplane.core.errors import ConfigError, DatabaseError
-from dataplane.db import Connection, Database, q
+from dataplane.db import Connection, Database, open_to_public, q
 from dataplane.db.sql import sql_root
 from dataplane.queue.roles import apply_roles
 
@@ -64,14 +64,14 @@ async def migrate(db: Database, directory: Path | None = None) -> list[str]:
 
 async def warn_if_open_to_public(db: Database) -> bool:
     """Warn when every role may connect to the queue DB; return whether it may."""
-    row = await db.fetchone(q("database_open_to_public"))
-    if not (row and row["open"]):
+    is_open, name = await open_to_public(db)
+    if not is_open:
         return False
     log.warning(
         "the queue DB is open to PUBLIC: any role that may log in can connect, LISTEN to"
         ' job ids and take advisory locks. Close it: REVOKE CONNECT ON DATABASE "%s" FROM'
         " PUBLIC, then GRANT CONNECT on it to the roles of the plane's processes",
-        row["name"],
+        name,
     )
     return True
 

@@ -28,7 +28,7 @@ import h11
 import trio
 
 from dataplane.core.errors import DatabaseError
-from dataplane.db import Database, q
+from dataplane.db import Database
 from dataplane.worker.service import Worker
 from telemetry.otel import prometheus_text
 
@@ -84,7 +84,7 @@ class WorkerHealth:
             return "booting"
         with trio.move_on_after(PING_TIMEOUT) as scope:
             try:
-                await self.queue_db.fetchone(q("ping"))
+                await self.queue_db.ping()
             except DatabaseError as exc:
                 return f"queue DB unreachable: {exc}"
         if scope.cancelled_caught:

@@ -20,7 +20,7 @@ import trio
 from dataplane.compat import install_process
 from dataplane.core.errors import ConfigError, DatabaseUnavailable
 from dataplane.core.runtime import WORKER_YOUNG_THRESHOLD, freeze_startup_heap, thaw_heap
-from dataplane.db import Database, DatabaseConfig, open_bridge, open_database, q
+from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
 from dataplane.db.session import require_session_pooling
 from dataplane.queue import QueueClient, QueueType, queue_database
 from dataplane.queue.roles import refuse_owner
@@ -125,7 +125,7 @@ async def _serve_worker(
 async def _wait_reachable(db: Database) -> None:
     for attempt in range(1, BOOT_CONNECT_ATTEMPTS + 1):
         try:
-            await db.fetchone(q("ping"))
+            await db.ping()
             return
         except DatabaseUnavailable as exc:
             if attempt == BOOT_CONNECT_ATTEMPTS:

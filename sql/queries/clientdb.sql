@@ -1,5 +1,4 @@
--- Statements about client databases: the read-only proof (dataplane/worker/readonly.py)
--- and creating a database (dataplane/db/admin.py).
+-- Statements about client databases: the read-only proof (dataplane/worker/readonly.py).
 
 -- name: ro_write_privileges
 -- Every way the credential could write, first hole first; no rows = read-only.
@@ -169,18 +168,3 @@ WHERE (d.setrole = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_
        AND d.setdatabase = (SELECT oid FROM pg_catalog.pg_database
                             WHERE datname = current_database()))
 ORDER BY 1;
-
--- name: database_exists
--- Whether a database exists (run on an admin connection).
-SELECT 1 AS found FROM pg_database WHERE datname = %(name)s;
-
--- name: database_create
--- Create a database ({name} is an Identifier).
-CREATE DATABASE {name};
-
--- name: database_close_to_public
--- Close the current database to PUBLIC: only granted roles and superusers connect (run
--- by its owner).
-DO $$ BEGIN
-    EXECUTE format('REVOKE CONNECT ON DATABASE %I FROM PUBLIC', current_database());
-END $$;

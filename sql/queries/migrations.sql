@@ -24,11 +24,6 @@ SELECT version, checksum FROM dataplane_migrations ORDER BY version;
 -- Record one applied migration.
 INSERT INTO dataplane_migrations (version, checksum) VALUES (%(version)s, %(checksum)s);
 
--- name: database_open_to_public
--- Whether every role may connect to this database (PUBLIC holds CONNECT, the default).
-SELECT has_database_privilege('public', current_database(), 'CONNECT') AS open,
-       current_database() AS name;
-
 -- name: roles_state
 -- The plane's group roles that do not exist yet, whether this role may create them,
 -- and its name (dataplane/queue/roles.py).

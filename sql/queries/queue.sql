@@ -1,4 +1,5 @@
--- Statements of the queue client (dataplane/queue/client.py). Each one is a single
+-- Statements of the queue's tables (dataplane/queue/: the client, its readers, blobs).
+-- Each one is a single
 -- statement, so each commits atomically; a pg_notify inside one is delivered
 -- only when that statement's transaction commits.
 
@@ -231,22 +232,6 @@ WITH r AS (
 )
 SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 
--- name: notify_send
--- A bare notification (e.g. cache invalidation broadcast).
-SELECT pg_notify(%(channel)s, %(payload)s);
-
--- name: listen
--- Subscribe the dedicated listener connection to one channel ({channel} is an Identifier).
-LISTEN {channel};
-
--- name: unlisten
--- Unsubscribe the dedicated listener connection from one channel ({channel} is an Identifier).
-UNLISTEN {channel};
-
--- name: ping
--- Liveness check of a connection.
-SELECT 1;
-
 -- name: job_cancel
 -- A requester withdraws from a pending job, once (`withdrawn` names those who did: a
 -- second withdrawal changes nothing and answers 'withdrawn'). Where the row names its
@@ -328,24 +313,9 @@ SELECT substring(data FROM %(offset)s::integer + 1 FOR %(length)s::integer) AS c
 FROM surface_result_blobs
 WHERE id = %(id)s AND expires_at > now();
 
--- name: table_growth
--- The queue's tables as the planner last measured them (pg_class, set by the last
--- VACUUM or ANALYZE) and as they are now, in pages.
-SELECT c.relname AS name, c.relpages AS planned_pages,
-       (pg_relation_size(c.oid) / current_setting('block_size')::integer)::integer AS pages
-FROM pg_class c
-WHERE c.oid IN ('maestro_queues'::regclass, 'surface_result_blobs'::regclass);
-
--- name: analyze_lock_timeout
--- How long an ANALYZE of the growth watch waits for its table lock (this transaction
--- only): less than deadlock_timeout, so a running autovacuum, which updates the
--- statistics itself, is never cancelled for it.
-SELECT set_config('lock_timeout', '500ms', true);
-
--- name: queue_analyze
--- New statistics for the queue table (every session's plans of it are made again).
-ANALYZE maestro_queues;
-
--- name: blobs_analyze
--- New statistics for the blob table (every session's plans of it are made again).
-ANALYZE surface_result_blobs;
+-- name: reap_blobs
+-- Delete a batch of expired blobs.
+DELETE FROM surface_result_blobs
+WHERE id IN (
+    SELECT id FROM surface_result_blobs WHERE expires_at <= now() LIMIT %(batch)s
+);

@@ -19,13 +19,6 @@ WHERE id IN (
     LIMIT %(batch)s
 );
 
--- name: reap_blobs
--- Delete a batch of expired blobs.
-DELETE FROM surface_result_blobs
-WHERE id IN (
-    SELECT id FROM surface_result_blobs WHERE expires_at <= now() LIMIT %(batch)s
-);
-
 -- name: reap_lapsed_at_cutoff
 -- Live rows that can never be claimed again (dequeue budget spent, lease lapsed
 -- or backoff over) become poison, and their done channel hears of it. Each is
