@@ -16,9 +16,10 @@ queue DB out of reach when the outcome is written leaves the row to its lease.
 Each attempt runs in its ``process`` span; a failed attempt's span is ERROR with
 ``error.type``; a poisoning attempt, a lost lease and a fenced-out write add a
 ``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line naming the job,
-its type and attempt). Its spans, metrics and report are :mod:`dataplane.worker.pipeline.observe`'s;
-the completion its value becomes, :mod:`dataplane.worker.pipeline.results`'s; the handler's call
-under its deadline, :mod:`dataplane.worker.pipeline.handler`'s.
+its type and attempt). All of that is one observer the pipeline calls at its steps
+(:class:`~dataplane.worker.pipeline.observe.Attempt`), so the steps read here in
+order; the completion its value becomes is :mod:`dataplane.worker.pipeline.results`'s,
+the handler's call under its deadline :mod:`dataplane.worker.pipeline.handler`'s.
 """
 
 from __future__ import annotations
@@ -26,15 +27,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import trio
-from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind
 
 from dataplane.core.errors import DatabaseError, HttpError, InvalidArgument, LeaseLost
 from dataplane.db import Database
@@ -47,26 +44,11 @@ from dataplane.worker.config import WorkerConfig
 from dataplane.worker.pipeline.cache import SingleFlight, TtlCache
 from dataplane.worker.pipeline.deadlines import HandlerDeadlines
 from dataplane.worker.pipeline.handler import HandlerTimeout, call_handler, timeout_message
-from dataplane.worker.pipeline.observe import (
-    JobResult,
-    attempt_event,
-    error_type,
-    fenced_out,
-    job_report,
-    poisoned,
-    process_span,
-    record_attempt,
-)
+from dataplane.worker.pipeline.observe import Attempt, JobResult
 from dataplane.worker.pipeline.results import shape
 from dataplane.worker.report import Reporter
 from telemetry.report import CacheStatus, Outcome
-from telemetry.tracing import (
-    context_of,
-    failed,
-    messaging,
-    trace_id_hex,
-    tracer,
-)
+from telemetry.tracing import context_of
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +100,12 @@ class JobExecutor:
     async def run(self, running: Running) -> None:
         """Execute one claim; hand the row back if shutdown cancels it unfinished."""
         job = running.job
-        started = time.perf_counter()  # the attempt's duration is always recorded
-        cpu_started = time.process_time() if self.reporter is not None else 0.0
+        attempt = Attempt(job, self.surface.id, self.reporter)
         result = JobResult(Outcome.RELEASED, self._operation_of(job))
-        span = process_span(job, self.surface.id)
         try:
-            result = await self._traced(running, span)
+            with attempt.current():
+                result = await self._execute(running, attempt)
+                attempt.ended_as(result)
             if running.lost:  # cancelled by a renewal, or its write fenced out
                 result = JobResult(
                     Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
@@ -132,16 +114,10 @@ class JobExecutor:
         finally:
             if not (running.finished or running.lost):
                 await self._release(job)
-            record_attempt(job, result, time.perf_counter() - started)
+            attempt.record(result)
             self.held.remove(running)
             self.on_finished()
-            if self.reporter is not None:  # else no report at all: RSS reads /proc
-                trace_id = trace_id_hex(span)  # None when tracing is off
-                report = job_report(job, result, started, cpu_started, trace_id)
-                if trace_id is None:
-                    self.reporter.report(report)
-                else:
-                    self.reporter.report(report, parent=context_of(span))
+            attempt.report(result)
 
     def _operation_of(self, job: ClaimedJob) -> str:
         """The job's operation while it has not been checked yet (a cancelled or lost
@@ -158,27 +134,7 @@ class JobExecutor:
             except DatabaseError as exc:
                 log.warning("job %s: release failed (%s); its lease will lapse", job.id, exc)
 
-    async def _traced(self, running: Running, span: Span) -> JobResult:
-        """Run one job inside its ``process`` span; record its metrics.
-
-        Tracing off (the invalid span): no span is made current, none is started
-        for the handler or the completion, nothing would record them.
-        """
-        if span is trace.INVALID_SPAN:
-            return await self._execute(running, span)
-        with trace.use_span(span, end_on_exit=True):
-            result = await self._execute(running, span)
-            span.set_attributes(
-                {
-                    "dataplane.operation": result.operation,
-                    "dataplane.cache": result.cache.value,
-                    "dataplane.coalesced": result.coalesced,
-                    "dataplane.outcome": result.outcome.value,
-                }
-            )
-        return result
-
-    async def _execute(self, running: Running, span: Span) -> JobResult:
+    async def _execute(self, running: Running, attempt: Attempt) -> JobResult:
         """Run one job, then write its outcome.
 
         Whatever the handler raises (a client-DB error included) is the job's failure
@@ -194,16 +150,14 @@ class JobExecutor:
             op, params = self._checked(envelope)
             if op.cacheable:
                 cache = CacheStatus.MISS
-            value, cache, coalesced = await self._produce(running, envelope, op, params, span)
+            value, cache, coalesced = await self._produce(running, envelope, op, params, attempt)
             completion = shape(
                 job, value, cache, coalesced, inline_max_bytes=self.config.inline_max_bytes
             )
             outcome = Outcome.DONE
         except _ClaimLost:
             # A renewal found the claim gone and cancelled the execution: drop the work.
-            if span.is_recording():
-                span.add_event("LEASE_LOST", attempt_event(job))
-                failed(span, "LEASE_LOST", "a renewal found the claim gone")
+            attempt.lease_lost()
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except (HttpError, InvalidArgument) as exc:
             # An expected error, or a malformed envelope: an answer, not a retry.
@@ -214,16 +168,13 @@ class JobExecutor:
                 False,
             )
         except Exception as exc:
-            if span.is_recording():
-                span.record_exception(exc)
-                failed(span, error_type(exc), f"{type(exc).__name__}: {exc}")
-            outcome = await self._fail(running, exc, span)
+            attempt.failed(exc)
+            outcome = await self._fail(running, exc, attempt)
             return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
         try:
-            await self._finish(running, completion)
+            await self._finish(running, completion, attempt)
         except LeaseLost:
-            fenced_out(job, "complete")
-            failed(span, "FENCED_OUT", "the claim was lost: the result was dropped")
+            attempt.fenced_out("complete")
             running.lost = True
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except DatabaseError as exc:
@@ -243,7 +194,7 @@ class JobExecutor:
         envelope: Envelope,
         op: Operation,
         params: dict[str, Any],
-        span: Span,
+        attempt: Attempt,
     ) -> tuple[Any, CacheStatus, bool]:
         """The job's value: from the cache, another execution's, or the handler's.
 
@@ -280,14 +231,13 @@ class JobExecutor:
         timeout = op.timeout_seconds
         if self.config.max_handler_seconds is not None:
             timeout = min(timeout, self.config.max_handler_seconds)
-        traced = span is not trace.INVALID_SPAN
         self.deadlines.start(running, timeout)
         try:
             with running.scope:
                 value, coalesced, leader = await self.single_flight.run_with_meta(
                     key,
-                    lambda: call_handler(op, ctx, running, timeout, traced),
-                    span.get_span_context(),
+                    lambda: call_handler(op, ctx, running, timeout, attempt.traced),
+                    attempt.span.get_span_context(),
                 )
         finally:
             running.deadline = math.inf  # past the part its deadline bounds
@@ -298,8 +248,7 @@ class JobExecutor:
             raise HandlerTimeout(timeout_message(op, timeout))
         if coalesced:
             self.counters.coalesced += 1
-            if leader is not None and leader.is_valid:  # the execution that answered
-                span.add_link(leader, {"dataplane.link": "single_flight"})
+            attempt.coalesced_with(leader)  # the execution that answered
         if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
             self.cache.put(key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params))
         cache = CacheStatus.MISS if op.cacheable else CacheStatus.BYPASS
@@ -314,39 +263,24 @@ class JobExecutor:
         op = self.surface.operation(envelope.operation, envelope.version)
         return op, op.check(envelope.auth, envelope.params)
 
-    async def _finish(self, running: Running, completion: Completion) -> None:
+    async def _finish(self, running: Running, completion: Completion, attempt: Attempt) -> None:
         """Write the outcome; ``finished`` once it landed or the fence refused it.
 
         While the completer retries through an outage the claim stays held and renewed;
         if the write never lands, ``run`` releases the claim.
         """
         self.held.hand_off(running)
-        job = running.job
-        settle: AbstractContextManager[Span] = (
-            tracer().start_as_current_span(
-                f"complete {job.type}",
-                kind=SpanKind.CLIENT,
-                attributes=messaging("settle", job.type, str(job.id), operation_name="complete"),
-            )
-            if trace.get_current_span().is_recording()
-            else nullcontext(trace.INVALID_SPAN)  # tracing off: no span to start or make current
-        )
         try:
-            with settle as span:
+            with attempt.settling() as span:
                 if span.is_recording():  # its statement is traced under this span
                     completion = dataclasses.replace(completion, trace=context_of(span))
-                try:
-                    await self.completer.complete(completion)
-                except LeaseLost:
-                    span.add_event("FENCED_OUT", attempt_event(job))
-                    failed(span, "FENCED_OUT", "the claim was lost: the write was refused")
-                    raise
+                await self.completer.complete(completion)
         except LeaseLost:
             running.finished = True
             raise
         running.finished = True
 
-    async def _fail(self, running: Running, exc: Exception, span: Span) -> Outcome:
+    async def _fail(self, running: Running, exc: Exception, attempt: Attempt) -> Outcome:
         job = running.job
         log.warning(
             "job %s (attempt %d/%d) failed: %r",
@@ -364,8 +298,7 @@ class JobExecutor:
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
             )
         except LeaseLost:
-            fenced_out(job, "fail")
-            span.add_event("FENCED_OUT", attempt_event(job))
+            attempt.fenced_out("fail")
             running.finished = running.lost = True
             return Outcome.LOST
         except DatabaseError as db_exc:
@@ -374,7 +307,7 @@ class JobExecutor:
             return Outcome.FAILED
         running.finished = True
         if status == "poison":
-            poisoned(job, exc, span)
+            attempt.poisoned(exc)
             self.counters.poisoned += 1
             return Outcome.POISON
         self.counters.failed += 1

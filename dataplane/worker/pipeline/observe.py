@@ -10,22 +10,28 @@
   :class:`~telemetry.report.JobReport` per attempt, with its trace id,
   for the reporter (capcom).
 
-:class:`JobResult` is how the attempt ended, as all three tell it.
+:class:`Attempt` is the one observer the executor calls at its steps (made current,
+lease lost, failed, fenced out, poisoned, coalesced, settling, ended), so the pipeline
+reads as its steps and all that observes them is here. :class:`JobResult` is how the
+attempt ended, as all three tell it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
+from dataplane.core.errors import LeaseLost
 from dataplane.queue import ClaimedJob
 from dataplane.worker.pipeline.handler import HandlerTimeout
-from dataplane.worker.report import rss_bytes
+from dataplane.worker.report import Reporter, rss_bytes
 from telemetry.metrics import (
     OPERATION,
     OUTCOME,
@@ -38,8 +44,11 @@ from telemetry.metrics import (
 from telemetry.report import CacheStatus, JobReport, Outcome
 from telemetry.tracing import (
     context_from,
+    context_of,
+    failed,
     messaging,
     record_span,
+    trace_id_hex,
     tracer,
     tracing_on,
 )
@@ -178,3 +187,101 @@ def job_report(
         finished_at=time.time(),
         trace_id=trace_id,
     )
+
+
+class Attempt:
+    """One attempt's observation: the executor calls it at its steps."""
+
+    __slots__ = ("cpu_started", "job", "reporter", "span", "started")
+
+    def __init__(self, job: ClaimedJob, surface_id: str, reporter: Reporter | None) -> None:
+        self.job = job
+        self.reporter = reporter
+        self.started = time.perf_counter()  # the attempt's duration is always recorded
+        self.cpu_started = time.process_time() if reporter is not None else 0.0
+        self.span = process_span(job, surface_id)
+
+    @property
+    def traced(self) -> bool:
+        """Whether tracing is on (else no span is made current or started)."""
+        return self.span is not trace.INVALID_SPAN
+
+    def current(self) -> AbstractContextManager[Any]:
+        """The ``process`` span made current for the attempt's steps, ended after them."""
+        return trace.use_span(self.span, end_on_exit=True) if self.traced else nullcontext()
+
+    def ended_as(self, result: JobResult) -> None:
+        """What the ``process`` span says of the outcome (inside :meth:`current`)."""
+        if self.traced:
+            self.span.set_attributes(
+                {
+                    "dataplane.operation": result.operation,
+                    "dataplane.cache": result.cache.value,
+                    "dataplane.coalesced": result.coalesced,
+                    "dataplane.outcome": result.outcome.value,
+                }
+            )
+
+    def lease_lost(self) -> None:
+        """A renewal found the claim gone and cancelled the execution."""
+        if self.span.is_recording():
+            self.span.add_event("LEASE_LOST", attempt_event(self.job))
+            failed(self.span, "LEASE_LOST", "a renewal found the claim gone")
+
+    def failed(self, exc: Exception) -> None:
+        """The handler (or the job's checks) raised: the attempt failed."""
+        if self.span.is_recording():
+            self.span.record_exception(exc)
+            failed(self.span, error_type(exc), f"{type(exc).__name__}: {exc}")
+
+    def fenced_out(self, write: Literal["complete", "fail"]) -> None:
+        """The fence refused the attempt's write (the claim was lost)."""
+        fenced_out(self.job, write)
+        if write == "complete":
+            failed(self.span, "FENCED_OUT", "the claim was lost: the result was dropped")
+        else:
+            self.span.add_event("FENCED_OUT", attempt_event(self.job))
+
+    def poisoned(self, exc: BaseException) -> None:
+        poisoned(self.job, exc, self.span)
+
+    def coalesced_with(self, leader: Any) -> None:
+        """The value came from another job's execution (single flight): link to it."""
+        if leader is not None and leader.is_valid:
+            self.span.add_link(leader, {"dataplane.link": "single_flight"})
+
+    @contextmanager
+    def settling(self) -> Iterator[Span]:
+        """The ``complete`` span around the outcome's write (the invalid span when
+        tracing is off); a write the fence refuses is an event and its error."""
+        job = self.job
+        if not trace.get_current_span().is_recording():
+            yield trace.INVALID_SPAN  # tracing off: no span to start or make current
+            return
+        with tracer().start_as_current_span(
+            f"complete {job.type}",
+            kind=SpanKind.CLIENT,
+            attributes=messaging("settle", job.type, str(job.id), operation_name="complete"),
+        ) as span:
+            try:
+                yield span
+            except LeaseLost:
+                span.add_event("FENCED_OUT", attempt_event(job))
+                failed(span, "FENCED_OUT", "the claim was lost: the write was refused")
+                raise
+
+    def record(self, result: JobResult) -> None:
+        """The attempt's metrics, whatever its outcome."""
+        record_attempt(self.job, result, time.perf_counter() - self.started)
+
+    def report(self, result: JobResult) -> None:
+        """The attempt's report, to the reporter (none at all without one: RSS reads
+        /proc)."""
+        if self.reporter is None:
+            return
+        trace_id = trace_id_hex(self.span)  # None when tracing is off
+        report = job_report(self.job, result, self.started, self.cpu_started, trace_id)
+        if trace_id is None:
+            self.reporter.report(report)
+        else:
+            self.reporter.report(report, parent=context_of(self.span))
