@@ -8,12 +8,7 @@
   (:func:`~dataplane.http.exchange.cork_next_write`: a hint that the next part follows
   at once) for the write of the next; left out, every part is written as it comes.
 * ``keep_alive_timer`` (speed): :class:`KeepAliveTimer` replaces
-  ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``):
-  against the stock path, alternated, BFF CPU per ``Prefer`` answer 0.83 of stock
-  (``docs/perf/compat-ab.md``).
-* (``lean_send``, which replaced ``TCPServer.protocol_send`` to write without a
-  scheduler pass, was removed: against the stock path, alternated, it did not show 5 %
-  on ``bench/load.py --ab``; ``docs/perf/compat-ab.md``.)
+  ``hypercorn.trio.tcp_server.TrioSingleTask`` (reads the task group's ``_nursery``).
 * ``edge_logger`` (ours, always on): :class:`~dataplane.http.serve.EdgeLogger` as
   ``hypercorn.config.Config.logger_class``.
 
@@ -21,6 +16,8 @@
   :func:`shield_final_send` wraps every request's ``send`` (through
   :func:`dataplane.http.guard.use_final_send`) so the message that ends a response is
   sent shielded and the connection closes (``docs/known-issues.md`` 1).
+
+What each speed name measured against the stock path: ``docs/perf/compat-ab.md``.
 
 Connections are HTTP/1.1 only and closed on time whatever is installed
 (:func:`dataplane.compat.http11.guard_connections`, a correctness workaround).
@@ -193,7 +190,7 @@ class KeepAliveTimer:
     Hypercorn stops the timer when a request arrives and restarts it when the
     connection goes idle, on every keep-alive request. Its own version takes a
     ``trio.Lock`` both times and restarts through ``nursery.start``: three scheduler
-    passes and a start handshake per request, about 7 % of the BFF's CPU under load.
+    passes and a start handshake per request (its cost: ``docs/perf/compat-ab.md``).
     Here neither call has a checkpoint (both are atomic under Trio without a lock);
     the timer task is still spawned in the connection's task group, so it ends with
     the connection, and it runs in a cancel scope of its own that the next

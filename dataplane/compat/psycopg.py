@@ -16,9 +16,8 @@ every wait (its polling interval) and cancels it afterwards. On trio-asyncio a
 timer is not free: each one is a handle sent through the loop's queue, one more
 pass of the loop's Trio task, a heap push, and the same again to cancel it. For
 a statement that waits once for its answer that timer roughly doubles the
-cost of the bridge crossing (measured in ``docs/perf/bff-cpu.md``: about
-430 -> 180 µs of CPU for a ``SELECT 1`` crossing, min of three rounds; against the
-stock path: ``docs/perf/compat-ab.md``).
+cost of the bridge crossing (``docs/perf/bff-cpu.md``; against the stock path:
+``docs/perf/compat-ab.md``).
 
 :class:`LeanConnection` waits without it: the socket is polled first (a
 zero-timeout poll, as psycopg does for writing; an answer already there also
@@ -30,7 +29,7 @@ skips any waiting), otherwise one Trio waiter of the bridge's resolves one futur
   wait with a deadline on the waiter, and ends with psycopg's ``_WaitTimeout`` as
   psycopg's own does. psycopg's own also woke every 0.1 s so that a blocked thread
   could see Ctrl-C, which under Trio arrives as a cancellation anyway: it woke an
-  idle listening process ten times a second (``bench/drain.py idle``);
+  idle listening process at every interval;
 * on a loop that is no bridge's (no waiter nursery), and for a wait on reading *and*
   writing at once, the loop's reader/writer callbacks resolve the future, and a timed
   wait arms one timer for its deadline;

@@ -4,10 +4,8 @@ A BFF or worker process imports its stack (Quart, Hypercorn, psycopg, OpenTeleme
 the surfaces and their schemas) and builds its pools and caches before it serves:
 some hundreds of thousands of objects that live as long as the process. CPython's
 full (generation 2) collection traverses every one of them each time it runs,
-roughly every few seconds under load. Each pass stalled a serving process for
-100-140 ms, and every request in flight waited it out: that was the p99 of
-``bench/prefer_wait.py`` at 32 clients (measured with ``gc.callbacks``; see
-``bench/results/prefer-wait.md``).
+roughly every few seconds under load, and every request in flight waits it out
+(``docs/perf/prefer-wait.md``, ``docs/perf/gc-young.md``).
 
 :func:`freeze_startup_heap` collects once, then moves what is alive to the permanent
 generation (:func:`gc.freeze`), which collections skip. Objects made afterwards,
@@ -21,22 +19,16 @@ A BFF also holds what it builds while serving: every open SSE stream keeps its t
 its HTTP connection and its request alive, some 400 tracked objects each. With
 CPython's default young threshold (a collection every 700 net allocations), objects
 of streams in flight survive young collections and reach the old generation, whose
-full collection then walks every open stream again: with 5,000 streams open, 27 full
-collections of up to 1.4 s each took 10 of the BFF's 92 s of CPU, and delivering
-the 5,000 answers took 9 s (``bench/e2e.py``, ``gc.callbacks`` in the BFF).
-``young_threshold`` (:data:`BFF_YOUNG_THRESHOLD` for the BFF) spaces young
-collections out: a request's objects are mostly freed by reference counting before
-one runs, so far fewer reach the old generation (the same benchmark at 20,000: one
-full collection, 2.4 s of all collections, the answers delivered in 3.7 s;
-``bench/results/gc-young.md``). A young collection then walks up to that many
-objects: the longest measured took 30 ms, against 10 ms at 700. :func:`thaw_heap`
-restores the thresholds.
+full collection then walks every open stream again. ``young_threshold``
+(:data:`BFF_YOUNG_THRESHOLD` for the BFF) spaces young collections out: a request's
+objects are mostly freed by reference counting before one runs, so far fewer reach
+the old generation; a young collection then walks up to that many objects
+(``docs/perf/gc-young.md``). :func:`thaw_heap` restores the thresholds.
 
 A worker draining a backlog holds up to its concurrency (64) jobs in flight, each a
 task with its scopes, coroutines and rows: at 700 they too survived young collections
-and were walked again in the older generations. :data:`WORKER_YOUNG_THRESHOLD` cut the
-collections' share of a 20,000-job drain from about 250 ms to about 60 ms
-(``gc.callbacks`` in the worker; ``bench/results/worker-drain.md``).
+and were walked again in the older generations; :data:`WORKER_YOUNG_THRESHOLD` spaces
+them out as well (``docs/perf/worker-drain.md``).
 """
 
 from __future__ import annotations

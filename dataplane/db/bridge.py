@@ -9,7 +9,7 @@ loop context of their own. :func:`run_on_loop` is one bridge crossing.
 A crossing costs Trio scheduler passes, and on a 2-core host at idle each pass
 is tens of microseconds (an ``epoll_wait`` and the scheduler's bookkeeping, with
 cold caches). Two of trio-asyncio's generic steps are not needed here, so the
-bridge does without them (``bench/bridge_floor.py``; ``bench/results/bridge.md``):
+bridge does without them (``docs/perf/bridge.md``):
 
 * the way back: trio-asyncio's ``run_aio_coroutine`` wakes the Trio caller from a
   done callback of the asyncio task, which asyncio schedules as one more handle
@@ -25,9 +25,7 @@ Both use trio-asyncio's and asyncio's public API only (``trio_asyncio.open_loop`
 ``trio_asyncio.current_loop``, the loop's ``create_task`` / ``create_future``), and
 rely on trio-asyncio running the loop's handles in a Trio task of this thread, its
 design (``tests/unit/test_compat.py`` pins it). psycopg is made to find this loop by
-:mod:`dataplane.compat.psycopg` (``running_loop``), installed by the entry points. (A replacement of
-trio-asyncio's loop step, which ran ready handles in a row, was removed: its gain
-was within a noise larger than the change, issue #31.)
+:mod:`dataplane.compat.psycopg` (``running_loop``), installed by the entry points.
 
 The coroutine still runs as an asyncio task on trio-asyncio's loop, and a Trio
 cancellation still cancels that task (psycopg then cancels the statement on the

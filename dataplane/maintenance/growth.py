@@ -5,8 +5,8 @@ statistics change (a VACUUM or an ANALYZE invalidates it). The plane's sessions
 start at idle, so those plans are usually made while the queue's tables are nearly
 empty, where reading a whole table, or the whole of one of its indexes, looks
 cheapest. Kept through a burst, such a plan reads the table at every enqueue,
-completion and reply read (30 ms per enqueue at 100,000 rows, against 2-3 ms) until
-autovacuum next analyzes it, about a minute later by default.
+completion and reply read until autovacuum next analyzes it, about a minute later by
+default (``docs/perf/plan-growth.md``).
 
 :class:`GrowthWatch` compares, every second, each table's size with the size the
 planner last measured (``pg_class.relpages``). A table that has grown past

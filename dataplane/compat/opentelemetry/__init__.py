@@ -3,11 +3,10 @@
 * ``lean_spans``: :class:`~dataplane.compat.opentelemetry.spans.LeanTracer`, the
   tracer :func:`~telemetry.otel.setup_telemetry` installs over the SDK's
   provider (reads its ``sampler``, ``id_generator`` and ``resource``; builds
-  ``ReadableSpan`` itself): 9.6 / 15 µs a span against the SDK's 70 / 58
-  (``bench/micro/test_spans.py``).
+  ``ReadableSpan`` itself).
 * ``lean_otlp``: :class:`~dataplane.compat.opentelemetry.otlp.SpanExporter`, the SDK's
   OTLP/HTTP exporter with its encoder replaced, sending through the exporter's private
-  ``_client``: 11.5 µs a span encoded against 59 µs (``bench/micro/test_spans.py``).
+  ``_client``.
 * ``hashed_resource``: :func:`hashed_resource`, the process's resource with its hash
   worked out once (the SDK's ``Resource.__hash__`` JSON-encodes every attribute on
   each call, and its OTLP encoder hashes the resource once per span exported).
@@ -17,7 +16,8 @@ And one correctness name (always on): ``proxy_meter``, :func:`proxy_delegate` le
 it delegates to (its private ``_real_meter``), so a worker whose metrics are off builds
 no job's metric attributes; without it a proxy counts as recording.
 
-The figures against the stock path, alternated: ``docs/perf/compat-ab.md``.
+The figures against the stock path, alternated: ``docs/perf/compat-ab.md``; per span
+(``bench/micro/test_spans.py``): ``docs/perf/code-figures.md``.
 Tested with opentelemetry-sdk 1.39 to 1.45 (pyproject.toml caps it below 1.46).
 Installed by :func:`install` from the entry points (:func:`dataplane.compat.install_process`),
 never at import; in effect for the providers
@@ -61,9 +61,9 @@ def hashed_resource(resource: Any) -> Any:
     """``resource`` as a :class:`Resource` whose hash is worked out once, when made.
 
     The SDK's ``Resource.__hash__`` JSON-encodes every attribute on each call, and the
-    OTLP encoders key a dict by the resource once per span exported: about 35 µs a
-    span with this process's 19 attributes, on the exporter thread that shares the GIL
-    with the event loop. A resource is immutable, so one hash holds for its life."""
+    OTLP encoders key a dict by the resource once per span exported, on the exporter
+    thread that shares the GIL with the event loop. A resource is immutable, so one
+    hash holds for its life."""
     return _hashed_resource_type()(resource.attributes, resource.schema_url)
 
 

@@ -1,13 +1,12 @@
 """OTLP/HTTP span export with a cheaper encoder.
 
 The SDK's OTLP exporter builds a protobuf message object for every span, every
-attribute and every attribute value, then serialises the tree: about 60 µs a span
-on a 2-core runner, spent on the exporter thread while it holds the GIL, so the
-request threads wait for it. Most of what a data-plane span says repeats from span
-to span (``messaging.system``, the queue, the database's address), and the OTLP
-wire format is plain protobuf, so :func:`encode_spans` writes the bytes of
+attribute and every attribute value, then serialises the tree, on the exporter thread
+while it holds the GIL, so the request threads wait for it. Most of what a data-plane
+span says repeats from span to span (``messaging.system``, the queue, the database's
+address), and the OTLP wire format is plain protobuf, so :func:`encode_spans` writes the bytes of
 ``ExportTraceServiceRequest`` directly and keeps the encoding of each repeated
-key/value pair: about 8 µs a span.
+key/value pair (the figures: ``docs/perf/code-figures.md``).
 
 :class:`SpanExporter` is the SDK's OTLP/HTTP exporter (its endpoint, headers,
 compression, timeout, retries and TLS settings from ``OTEL_*``) with only the

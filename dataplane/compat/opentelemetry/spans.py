@@ -3,12 +3,11 @@
 The SDK's ``Span`` is built for any thread: each one takes locks, wraps its
 attributes in a bounded, validated, locked mapping, copies itself into a
 ``ReadableSpan`` when it ends, and goes through a generator context manager to
-become current. That is about 40 µs a span on a 2-core runner, and a request makes
-twelve (``bench/tracing.py``). The data plane's spans live on one Trio thread and
+become current; a request makes about twelve. The data plane's spans live on one Trio thread and
 carry attributes the plane itself chose (strings, numbers, booleans; query text
 already cut to :data:`~telemetry.tracing.MAX_QUERY_TEXT`), so
 :class:`LeanSpan` keeps plain fields and, when it ends, hands one ``ReadableSpan``
-to the batch processor: about 5 µs.
+to the batch processor (the figures: ``docs/perf/code-figures.md``).
 
 Everything else is still the SDK's: its sampler decides (``OTEL_TRACES_SAMPLER``),
 its id generator makes the ids, its resource names the process, its

@@ -41,7 +41,7 @@ A stopping worker (:meth:`OnCall.stop`) gives the call up at once.
 
 Outsiders: an advisory lock needs no privilege, so any role that may connect can take
 the on-call lock, or wait in line for it and be handed it, and then no worker would be
-on call (wake-ups left to the polls: p50 13 ms -> 107 ms, up to 2 s at idle). A worker
+on call (wake-ups left to the polls, up to the idle backoff at idle). A worker
 waiting for the lock asks every :data:`OUTSIDER_CHECK_SECONDS` (``outsider``, a
 statement on the pool) whether a session that is not the plane's holds it; while one
 does, the worker is ``degraded`` (it LISTENs and answers every notify), logs a WARNING

@@ -9,7 +9,7 @@ wakes at the earliest deadline of the claims it was given, marks the overdue one
 
 Why not ``trio.move_on_after`` per job: entering and leaving a cancel scope with a
 deadline registers and retires a Trio deadline, about twice a plain scope's cost
-(16 µs against 7 on the bench machine, `bench/results/worker-drain.md`), paid by
+(``docs/perf/worker-drain.md``), paid by
 every job although almost none times out. Here a job costs one comparison; the
 keeper wakes about once per timeout period and then looks at the held claims only
 (at most ``PIPELINE_DEPTH * concurrency``).
