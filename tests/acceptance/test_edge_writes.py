@@ -30,7 +30,9 @@ WORKER = "test-edge-writes"
 
 @pytest.fixture
 async def writes(bff: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[bytes]]:
-    """The bytes of every socket write the BFF makes from now on, in order."""
+    """The bytes of every socket write the BFF makes from now on, in order, with
+    ``corking`` on (what these tests measure; DATAPLANE_STOCK_STACK may leave it out)."""
+    monkeypatch.setattr(DeferredContinueH11Protocol, "corking", True)
     send = tcp_server.TCPServer.protocol_send
     recorded: list[bytes] = []
 
