@@ -1,6 +1,7 @@
 """One leader of the fleet's maintenance: the services of this room run where it leads.
 
-Every worker (and ``dataplane maintenance``) runs a :class:`Leader`. It takes the
+Every worker runs a :class:`Leader` (``dataplane maintenance`` does not: its passes
+contend one at a time, :mod:`dataplane.maintenance.schedule`). It takes the
 ``maintenance`` election (a row only the plane's roles may write,
 :mod:`dataplane.maintenance.elections`) for a term of ``term`` seconds and renews it
 every ``renew`` seconds; while it holds it, it runs its services (the pass schedule,
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from dataplane.core.errors import DatabaseError
+from dataplane.core.errors import DatabaseError, InvalidArgument
 from dataplane.db import Database
 from dataplane.maintenance.elections import MAINTENANCE, new_holder, release, take
 
@@ -45,7 +46,7 @@ class Leader:
         renew: float = LEADER_RENEW,
     ) -> None:
         if not 0 < renew < term:
-            raise ValueError(f"a leader renews within its term (renew {renew}, term {term})")
+            raise InvalidArgument(f"a leader renews within its term (renew {renew}, term {term})")
         self.db = db
         self.services = list(services)
         self.name = name
