@@ -22,12 +22,18 @@ edge replaces for speed (``docs/known-issues.md`` 4 and 6).
   the app's cancellations, but ends (and closes the connection) when the connection's
   own tasks are cancelled: at the end of the shutdown's grace.
 
-:func:`guard_connections` installs the three (idempotent).
+* **A connection's failure ends that connection.** An exception out of the protocol
+  (a defect of ours or of h11/Hypercorn, found by a byte no test sent) would end the
+  server's nursery, and the process with it; :class:`HTTP11OnlyProtocolWrapper` logs
+  it and closes that connection only.
+
+:func:`guard_connections` installs them (idempotent).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,6 +46,8 @@ import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+
+log = logging.getLogger(__name__)
 
 HTTP1_VERSIONS = frozenset((b"1.0", b"1.1"))  # h11's request-line versions we serve
 ALPN = ("http/1.1",)  # what TLS offers
@@ -70,11 +78,12 @@ class HTTP11OnlyProtocol(H11Protocol):
 
     async def _check_protocol(self, event: h11.Request) -> None:
         if event.http_version not in HTTP1_VERSIONS:
-            await self.refuse_version()
+            await self.refuse_version(head=event.method == b"HEAD")
             raise VersionRefused(event.http_version)
 
-    async def refuse_version(self) -> None:
-        """Answer ``505`` with the JSON error body, then close the connection."""
+    async def refuse_version(self, *, head: bool = False) -> None:
+        """Answer ``505`` with the JSON error body (its length only, to a ``HEAD``:
+        RFC 9110 §9.3.2), then close the connection."""
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(REFUSAL)).encode()),
@@ -85,7 +94,8 @@ class HTTP11OnlyProtocol(H11Protocol):
             await self._send_h11_event(
                 h11.Response(status_code=505, headers=headers, reason=b"HTTP Version Not Supported")
             )
-            await self._send_h11_event(h11.Data(data=REFUSAL))
+            if not head:
+                await self._send_h11_event(h11.Data(data=REFUSAL))
             await self._send_h11_event(h11.EndOfMessage())
         finally:
             await self.send(Closed())
@@ -134,6 +144,7 @@ class HTTP11OnlyProtocolWrapper(ProtocolWrapper):
         if not (isinstance(protocol, type) and issubclass(protocol, HTTP11OnlyProtocol)):
             protocol = HTTP11OnlyProtocol
         self.protocol = protocol(app, config, context, task_group, state, ssl, client, server, send)
+        self._failed = False  # the protocol raised: the connection is being closed
 
     async def handle(self, event: Event) -> None:
         try:
@@ -142,6 +153,15 @@ class HTTP11OnlyProtocolWrapper(ProtocolWrapper):
             pass  # answered 505 and closed
         except (H2ProtocolAssumedError, H2CProtocolRequiredError):
             await self.send(Closed())  # a stock protocol's switch (a 101 may be out)
+        except Exception:
+            # Raised out of here it ends the server's nursery: the process, and every
+            # other connection with it. A defect of ours or of h11/Hypercorn costs
+            # this connection only, and is logged with its traceback.
+            if self._failed:
+                return  # the close below, handed back to the protocol, failed again
+            self._failed = True
+            log.exception("connection from %s: the HTTP protocol failed; closed", self.client)
+            await self.send(Closed())
         if type(event) is Closed:
             await self.send(Updated(idle=False))  # the keep-alive timer stops
 

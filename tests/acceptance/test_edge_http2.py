@@ -120,6 +120,11 @@ async def assert_http2_refused(base: str, proc: BffProcess) -> None:
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
     assert answer.count(b'{"status":"ok"}') == 2, answer
     assert_refused(answer[answer.index(b"HTTP/1.1 505 ") :], closed)
+    # A HEAD of another version: the 505's head alone (its body would overrun the
+    # length h11 declares for a HEAD's answer, 0: that raised and ended the process).
+    answer, closed = await talk(base, b"HEAD /healthz HTTP/2.0\r\nHost: x\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 505 ") and body == b"" and closed, answer[:300]
     # Served on, over HTTP/1.1.
     assert proc.proc.poll() is None, f"the process ended:\n{proc.output()}"
     async with httpx.AsyncClient(base_url=base, timeout=PROMPT) as http:
@@ -196,6 +201,45 @@ async def test_an_exception_that_ends_the_server_exits_non_zero(
         await wait_until(lambda: proc.proc.poll() is not None, within=20, interval=0.05)
         assert "KeyError: 1" in proc.output(), proc.output()[-3000:]
         assert proc.proc.returncode != 0, "the server ended with an exception, and exit 0"
+    finally:
+        proc.stop()
+
+
+# `dataplane bff` with a defect put into its HTTP protocol: a request for /defect raises
+# out of the protocol's handling of the bytes, as a defect of ours or of h11 would.
+DEFECTIVE_BFF = """
+import sys
+from dataplane.compat.http11 import HTTP11OnlyProtocol
+
+checked = HTTP11OnlyProtocol._check_protocol
+
+async def defective(self, event):
+    if event.target == b"/defect":
+        raise RuntimeError("a defect in the protocol")
+    await checked(self, event)
+
+HTTP11OnlyProtocol._check_protocol = defective
+from dataplane.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+async def test_an_exception_out_of_a_connection_ends_that_connection_only(
+    bff_env: dict[str, str], tmp_path: Path
+) -> None:
+    proc = BffProcess(
+        bff_env, str(tmp_path / "bff.log"), port=free_port(), command=("-c", DEFECTIVE_BFF, "bff")
+    )
+    try:
+        await proc.wait_ready()
+        async with httpx.AsyncClient(base_url=proc.base, timeout=PROMPT) as http:
+            for _ in range(3):
+                answer, closed = await talk(proc.base, b"GET /defect HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert closed and b" 5" not in answer[:12], answer[:300]
+                assert proc.proc.poll() is None, proc.output()[-3000:]
+                assert (await http.get("/healthz")).status_code == 200
+        assert proc.output().count("the HTTP protocol failed; closed") == 3, proc.output()[-3000:]
+        assert "RuntimeError: a defect in the protocol" in proc.output()
     finally:
         proc.stop()
 
