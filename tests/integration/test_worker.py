@@ -520,7 +520,9 @@ async def test_at_idle_a_job_takes_no_turn_of_the_on_call_task(queue: QueueClien
     """On call with free slots, a job taking and freeing a slot changes nothing to
     decide: the on-call task stays asleep (it woke two or three times per job)."""
     async with running_worker(queue, **NO_POLLS) as (worker, _):
-        await wait_until(lambda: worker.oncall.on_call and _hears_wake(worker))
+        # settled, not only on call: the turn that took the call still ends in one more
+        # (the one that sleeps), and counting from inside it saw that turn as a job's
+        await wait_until(lambda: worker.oncall.settled and _hears_wake(worker))
         await worker.claimer.wait_idle_claims(1)
         turns = worker.oncall.turns
         for i in range(5):

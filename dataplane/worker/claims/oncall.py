@@ -108,6 +108,11 @@ class OnCall:
     def on_call(self) -> bool:
         return self.lock.held
 
+    @property
+    def settled(self) -> bool:
+        """Asleep in a state that stands until a slot change or the lock says otherwise."""
+        return self._settled
+
     def answers_notifies(self) -> bool:
         """Whether an enqueue notify should wake this worker's claimer."""
         return self.lock.held or self.degraded
