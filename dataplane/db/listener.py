@@ -131,7 +131,10 @@ class Listener:
 
     def statistics(self) -> ListenerStatistics:
         c = self._counters
+        # What the live connection listens on, an UNLISTEN not run yet included (a
+        # notify of that channel can still come): wanted first, in order, then those.
         listening = tuple(ch for ch in self._wanted if ch in self._listening)
+        listening += tuple(sorted(ch for ch in self._listening if ch not in self._wanted))
         return ListenerStatistics(
             self.connected, c.received, c.dropped, c.reconnects, c.pings, listening
         )
