@@ -2,7 +2,7 @@
 
 Brings up the HA cluster (:class:`dataplane.dev.ha.HACluster`: etcd, two Patroni nodes
 in synchronous mode, HAProxy), 2 BFFs and 2 workers (one of each through the libpq
-multi-host DSN, the other through HAProxy), runs the drill of tests/ha/drill.py
+multi-host DSN, the other through HAProxy), runs the drill of bench/harness/drill.py
 (steady open-loop load of ``probe.sleep`` requests, a fault part-way) for a
 switchover and then for node loss (SIGKILL of the primary's Patroni and postmaster),
 and reports per fault: write outage (longest gap between successful writes of a
@@ -35,9 +35,9 @@ from typing import Any
 
 import trio
 
+from bench.harness.drill import HAStack, broken_promises, prepare, run_drill, summary
 from dataplane.db import open_bridge
 from dataplane.dev.ha import HACluster
-from tests.ha.drill import HAStack, broken_promises, prepare, run_drill, summary
 
 HEADER = (
     "| fault | write outage (s) | all BFFs ready (s) | refused (503) | slowest POST (s) "

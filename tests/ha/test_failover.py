@@ -21,10 +21,10 @@ import psycopg
 import pytest
 import trio
 
+from bench.harness.drill import DB_NAME, HAStack, broken_promises, prepare, run_drill, summary
 from dataplane.core.errors import DatabaseUnavailable
 from dataplane.db import DatabaseConfig, open_database, q
 from dataplane.dev.ha import HACluster, Node
-from tests.ha.drill import DB_NAME, HAStack, broken_promises, prepare, run_drill, summary
 
 RATE = 10.0  # requests/s: what this shared 2-core host sustains beside the cluster
 

@@ -1,7 +1,7 @@
 """A failover drill: real BFFs and workers on an HA cluster under steady load, a fault.
 
-Shared by tests/ha/test_failover.py (asserts the promises) and bench/failover.py
-(publishes the figures). One drill: the cluster (:class:`HACluster`) is up and migrated,
+Shared by bench/failover.py (publishes the figures) and tests/ha/test_failover.py
+(asserts the promises). One drill: the cluster (:class:`HACluster`) is up and migrated,
 a stack of 2 BFFs and 2 workers runs on it — one BFF and one worker through the libpq
 multi-host DSN, the others through HAProxy, so both ways in are exercised at once —,
 a steady open-loop load (``rate`` requests a second for ``duration`` seconds) runs,
