@@ -24,6 +24,7 @@ replaced answer.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import statistics
@@ -39,15 +40,15 @@ import httpx
 import psycopg
 import trio
 
-from dataplane.dev.embedded import free_port
+from bench.harness.procs import WORKER_ARGV, Child, Children
+from bench.harness.stack import HOST, JWT_SECRET, Hypercorn, stack_env, start_bff, wait_serving
+from dataplane.bff.auth.claims import mint_token
 from dataplane.dev.ha import HACluster
-from tests.helpers import JWT_SECRET, BffProcess, WorkerProcess, bearer, read_sse, token
 
 PROBE_EVERY = 0.1  # seconds between write probes and between /readyz checks
 GIVE_UP = 120.0  # seconds a request keeps retrying (POST 503s, cut streams) before it counts lost
 RETRY_DELAY = 0.25  # seconds between a client's retries
 DB_NAME = "dataplane"
-KEEP_ALIVE = ("-k", "trio", "--keep-alive", "75")  # as deployed: no idle-close race with clients
 
 AUDIT_SQL = """
 CREATE TABLE IF NOT EXISTS ha_done_log (id uuid, result jsonb, at timestamptz DEFAULT now());
@@ -143,54 +144,49 @@ class Drill:
 
 @dataclass
 class HAStack:
-    """2 BFFs and 2 workers on ``cluster``: index 0 via the multi-host DSN, 1 via HAProxy."""
+    """2 BFFs and 2 workers on ``cluster``: index 0 via the multi-host DSN, 1 via HAProxy.
+    The BFFs keep connections alive 75 s, as deployed (no idle-close race with clients)."""
 
     cluster: HACluster
     logs: Path
-    bffs: list[BffProcess] = field(default_factory=list)
-    workers: list[WorkerProcess] = field(default_factory=list)
+    bffs: list[Hypercorn] = field(default_factory=list)
+    workers: list[Child] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.children = Children(self.logs)
 
     def dsns(self) -> list[str]:
         return [self.cluster.multihost_dsn(DB_NAME), self.cluster.haproxy_dsn(DB_NAME)]
 
     def env(self, dsn: str) -> dict[str, str]:
-        return {
-            "MAESTRO_QUEUES_URL": dsn,
-            "DATAPLANE_JWT_SECRET": JWT_SECRET,
-            "DATAPLANE_PROBE": "1",
-            "DATAPLANE_SWEEP_SECONDS": "1",
-            "MAESTRO_LEASE_SECONDS": "10",
-            "MAESTRO_RENEW_SECONDS": "2",
-            "DATAPLANE_FAIL_BACKOFF_SECONDS": "0.5",
-            "DATAPLANE_IDLE_MS": "500",
-            "DATAPLANE_MAINTENANCE_SECONDS": "2",
-            "DATAPLANE_QUEUE_SAMPLE_SECONDS": "2",  # the leader's sampler
-            "DATAPLANE_MAX_DEQUEUES": "20",  # a fault is not poison
-        }
+        return stack_env(
+            dsn,
+            DATAPLANE_SWEEP_SECONDS="1",
+            MAESTRO_LEASE_SECONDS="10",
+            MAESTRO_RENEW_SECONDS="2",
+            DATAPLANE_FAIL_BACKOFF_SECONDS="0.5",
+            DATAPLANE_IDLE_MS="500",
+            DATAPLANE_MAINTENANCE_SECONDS="2",
+            DATAPLANE_QUEUE_SAMPLE_SECONDS="2",  # the leader's sampler
+            DATAPLANE_MAX_DEQUEUES="20",  # a fault is not poison
+        )
 
     async def start(self) -> None:
         for i, dsn in enumerate(self.dsns()):
-            bff = BffProcess(
-                self.env(dsn),
-                str(self.logs / f"bff-{i}.log"),
-                port=free_port(),
-                args=("-k", "trio"),
-            )
-            self.bffs.append(bff)
-            worker = WorkerProcess(
-                {**self.env(dsn), "SURFACE_QUEUE_TYPE": "surface-probe"},
-                str(self.logs / f"worker-{i}.log"),
-            )
-            self.workers.append(worker)
-        for proc in [*self.bffs, *self.workers]:
-            await proc.wait_ready(within=60)
+            env = {**self.env(dsn), "SURFACE_QUEUE_TYPE": "surface-probe"}
+            self.workers.append(self.children.start(f"worker-{i}", WORKER_ARGV, env))
+            self.bffs.append(await start_bff(self.children, f"bff-{i}", self.env(dsn), within=60))
+        await wait_serving(self.workers, within=60)
 
     def stop(self) -> None:
-        for proc in [*self.workers, *self.bffs]:
-            proc.stop()
+        self.children.stop_all()
 
     def dead(self) -> list[str]:
-        return [p.log_path for p in [*self.bffs, *self.workers] if p.proc.poll() is not None]
+        return [str(c.log_path) for c in self.children.started if not c.alive()]
+
+
+def base(bff: Hypercorn) -> str:
+    return f"http://{HOST}:{bff.port}"
 
 
 def prepare(cluster: HACluster) -> None:
@@ -205,13 +201,13 @@ def prepare(cluster: HACluster) -> None:
         timeout=120,
     )
     with psycopg.connect(cluster.multihost_dsn(DB_NAME), autocommit=True) as conn:
-        conn.execute(AUDIT_SQL)  # type: ignore[arg-type]
+        conn.execute(AUDIT_SQL)
 
 
 async def one_request(http: httpx.AsyncClient, bases: Sequence[str], i: int, req: Request) -> None:
     """POST (retrying 503s and refused connections), then read the stream to its answer."""
     # distinct (client, ms) per request: nothing coalesces, every 202 is its own job
-    tok = bearer(token(f"c{i // 100}", staff=True))
+    tok = _bearer(mint_token(JWT_SECRET, client=f"c{i // 100}", sub="u1", staff=True))
     body: dict[str, Any] | None = None
     with trio.move_on_after(GIVE_UP):
         while body is None:
@@ -249,6 +245,30 @@ async def one_request(http: httpx.AsyncClient, bases: Sequence[str], i: int, req
         req.unexpected.append("never answered")
 
 
+def _bearer(tok: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tok}"}
+
+
+async def last_event(http: httpx.AsyncClient, url: str) -> tuple[int, dict[str, str]]:
+    """GET an event stream to its ``done`` or ``error`` (or its close): the status and the
+    last event's fields (``event``, ``data``; empty when none came)."""
+    last: dict[str, str] = {}
+    async with http.stream("GET", url) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            return resp.status_code, last
+        event: dict[str, str] = {}
+        async for line in resp.aiter_lines():
+            if line == "" and event:
+                last, event = event, {}
+                if last.get("event") in ("done", "error"):
+                    break
+            elif line and not line.startswith(":"):
+                key, _, value = line.partition(":")
+                event[key] = value.removeprefix(" ")
+        return resp.status_code, last
+
+
 def _retry_after(resp: httpx.Response) -> float:
     """The pause a well-behaved client takes after a 503: its Retry-After, capped."""
     try:
@@ -263,12 +283,11 @@ async def _answer(
     timed_out = False
     while not timed_out:
         try:
-            status, _, events = await read_sse(http, random.choice(bases) + body["streamUrl"])
+            status, last = await last_event(http, random.choice(bases) + body["streamUrl"])
         except httpx.TransportError:
-            status, events = 0, []
-        last = events[-1] if events else {}
+            status, last = 0, {}
         if status == 200 and last.get("event") == "done":
-            req.answered, req.result = "done", last.json  # type: ignore[attr-defined]
+            req.answered, req.result = "done", json.loads(last["data"])
             req.answered_at = time.monotonic()
             return
         data = str(last.get("data") or "")
@@ -331,8 +350,8 @@ async def write_probe(dsn: str, drill: Drill) -> None:
         await trio.sleep(PROBE_EVERY)
 
 
-async def watch_ready(bff: BffProcess, seen: Readiness) -> None:
-    async with httpx.AsyncClient(base_url=bff.base, timeout=1) as http:
+async def watch_ready(bff: Hypercorn, seen: Readiness) -> None:
+    async with httpx.AsyncClient(base_url=base(bff), timeout=1) as http:
         since: float | None = None
         while True:
             try:
@@ -360,8 +379,8 @@ async def run_drill(
     """Load, fault at ``fault_at`` s, load to its end, every request answered; then read
     the rows and the audit log."""
     drill = Drill(fault)
-    bases = [bff.base for bff in stack.bffs]
-    drill.readiness = [Readiness(b.log_path) for b in stack.bffs]
+    bases = [base(bff) for bff in stack.bffs]
+    drill.readiness = [Readiness(str(b.child.log_path)) for b in stack.bffs]
     async with trio.open_nursery() as watchers:
         watchers.start_soon(write_probe, stack.cluster.multihost_dsn(DB_NAME), drill)
         for bff, seen in zip(stack.bffs, drill.readiness, strict=True):
