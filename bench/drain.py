@@ -7,28 +7,9 @@ Run from the repository root::
     python bench/drain.py drain --concurrency default,8,128
     python bench/drain.py --quick               # smoke run, small counts
 
-On a scratch Postgres (embedded, durable defaults, unless ``MAESTRO_QUEUES_URL`` is
-set), migrated by ``dataplane migrate``. Phases:
-
-* ``drain``: 20,000 distinct ``probe.echo`` jobs (real envelopes, COPY, untimed)
-  drained by one ``dataplane worker`` per run; rate = jobs / (last ``completed_at`` -
-  first ``claimed_at``), server clock, so start-up is not charged; the worker's and
-  Postgres' CPU per job. The median of ``--repeats`` runs is the figure. With
-  ``--a-env KEY=VALUE`` each repeat also runs a worker with those variables added
-  (side a), the order alternating: e.g. ``DATAPLANE_STOCK_STACK=1`` against the
-  patched stack;
-* ``idle``: one worker on an empty queue, settled, then its CPU over a window;
-* ``herd``: one idle worker, then four, jobs enqueued one at a time: the claim
-  statements each enqueue brought about (the server's statement log), the four's
-  extra claims and CPU against the one's;
-* ``wake``: in this process (the ``dataplane.queue`` API through the bridge), an idle
-  claimer woken by LISTEN; a job enqueued every 50 ms; a witness process stamps each
-  commit's wake NOTIFY: enqueue commit -> ``claimed_at`` (the claim statement's start);
-* ``noop``: the same API, no-op jobs claimed in batches of 200 and completed by four
-  tasks of one process.
-
-Prints the figures and writes ``bench/results/drain-<phases>.json`` (``--output``; not
-committed).
+On a scratch Postgres migrated by ``dataplane migrate``; what each phase (drain, idle,
+herd, wake, noop) measures: docs/perf/benchmarks.md. Prints the figures and writes
+``bench/results/drain-<phases>.json`` (``--output``; not committed).
 """
 
 from __future__ import annotations

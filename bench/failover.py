@@ -1,20 +1,10 @@
 """Failover figures (issue #33): the queue losing its Postgres primary under load.
 
-Brings up the HA cluster (:class:`dataplane.dev.ha.HACluster`: etcd, two Patroni nodes
-in synchronous mode, HAProxy), 2 BFFs and 2 workers (one of each through the libpq
-multi-host DSN, the other through HAProxy), runs the drill of bench/harness/drill.py
-(steady open-loop load of ``probe.sleep`` requests, a fault part-way) for a
-switchover and then for node loss (SIGKILL of the primary's Patroni and postmaster),
-and reports per fault: write outage (longest gap between successful writes of a
-probe through the multi-host DSN), seconds until every BFF's /readyz is 200 again,
-requests refused (503, each with Retry-After), and the p99 of the requests in
-flight around the fault (first POST to the answer on its stream). The drill also
-checks the promises (every 202 answered once, nothing lost or written twice); a
-broken promise fails the run.
-
     python -m bench.failover --rate 20 --duration 30 --markdown docs/perf/failover.md
 
-Needs scripts/ha-venv (Patroni) and Debian's etcd-server and haproxy.
+The drill of bench/harness/drill.py on the HA cluster, for a switchover and a node
+loss; what it reports: docs/perf/benchmarks.md. A broken promise fails the run. Needs
+scripts/ha-venv (Patroni) and Debian's etcd-server and haproxy.
 """
 
 from __future__ import annotations

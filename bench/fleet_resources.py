@@ -5,17 +5,8 @@ Run from the repository root::
     python bench/fleet_resources.py                 # 10 s idle, 20 s at 32 clients
     python bench/fleet_resources.py --idle 5 --load 10 --clients 16
 
-Starts a scratch Postgres, ``dataplane migrate``, one ``dataplane bff`` (the image's
-command: Hypercorn's trio worker in-process, so the measured process is the pod's) and
-one ``dataplane worker`` on ``surface-probe`` posting each finished job to one
-``dataplane capcom``, then measures each process's CPU (% of
-one core, the one meter of bench/harness) and RSS (now and peak, VmHWM):
-
-* ``idle``: nothing asked, after a settling second;
-* ``load``: closed-loop clients, POST -> SSE ``done`` (``probe.echo``), answers/s;
-* ``dataplane migrate``'s peak RSS.
-
-Prints the figures and writes ``bench/results/fleet-resources.json`` (not committed).
+Each process's CPU and RSS idle and under load (docs/perf/benchmarks.md); prints the
+figures and writes ``bench/results/fleet-resources.json`` (not committed).
 docs/deploy-kubernetes.md quotes them and derives the requests from them.
 """
 

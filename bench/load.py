@@ -7,36 +7,10 @@ Run from the repository root::
     python bench/load.py tracing scaling      # the slower scenarios
     python bench/load.py --ab ../base [--worker-per-side] [--rounds 6]
 
-It starts its own stack on a scratch Postgres (embedded, durable defaults, unless
-``MAESTRO_QUEUES_URL`` is set): ``dataplane migrate``, one BFF (Hypercorn, its serving
-process is the one measured) and one ``dataplane worker`` on ``surface-probe``. The
-clients run in this process (raw keep-alive HTTP/1.1 on Trio sockets).
-
-Scenarios (figures named as in ``bench/harness/result.py``'s GOALS):
-
-* ``idle``: sequential POST -> 202, POST -> SSE ``done`` and POST with ``Prefer: wait``
-  -> answer on one keep-alive connection each;
-* ``load``: 32 closed-loop clients, SSE way then ``Prefer`` way: answers/s, p99 and BFF
-  CPU per answer; then the bare Hypercorn + Quart-Trio hello world under the same
-  clients (the same-run reference);
-* ``coalesce``: 500 identical requests at once -> executions;
-* ``streams``: 5,000 waiting streams on the one BFF (worker stopped), its RSS, then a
-  worker drains them: last job completed -> last ``done`` received;
-* ``tracing``: a BFF and worker without ``OTEL_*`` and a pair exporting OTLP to a sink
-  process, serving at once, loaded one at a time in alternating slices: p50 of each;
-* ``scaling``: 1, 2, 4 BFFs and workers, 32 clients.
-
-``--ab BASE`` runs no scenario: side ``a`` is the ``dataplane`` package of another
-checkout (e.g. ``git worktree add ../base HEAD~1``), side ``b`` this one, both serving
-at once, loaded in alternating slices (SSE and ``Prefer`` ways): BFF CPU per answer of
-each and the ratio b / a per round. They share this checkout's worker unless
-``--worker-per-side`` (side a then runs its own worker on the ``-dev`` tier: for a
-change both sides of a notify must agree on). ``--a-env KEY=VALUE`` adds variables to
-side a's processes: ``--ab . --a-env DATAPLANE_STOCK_STACK=1 --worker-per-side`` sets
-the stock stack against this one.
-
-Prints the figures and writes ``bench/results/load-<scenarios>.json`` (``--output``; not
-committed).
+Its own stack on a scratch Postgres (one BFF, one worker on ``surface-probe``), the
+clients in this process. What each scenario and ``--ab`` measure:
+docs/perf/benchmarks.md. Prints the figures and writes
+``bench/results/load-<scenarios>.json`` (``--output``; not committed).
 """
 
 from __future__ import annotations

@@ -6,63 +6,13 @@ Run from the repository root::
     python bench/soak.py --minutes 2     # any length; --quick = 1 minute (CI-sized)
     MAESTRO_QUEUES_URL=... python bench/soak.py   # scratch dbs on that server instead
 
-It starts its own stack, like ``dataplane dev`` does: an embedded Postgres with
-durable defaults (``bench.harness.common.scratch_server``), the queue DB migrated
-(``dataplane migrate``), the demo client DB created and seeded (``create_demo_db``,
-read-only DSN for the workers), one BFF (Hypercorn ``-k trio``) and one
-``dataplane worker`` per demo surface (users, learnerviews, accounting, skills)
-plus ``probe``, each configured by environment variables only.
-
-Load (in this process, Trio + raw keep-alive HTTP/1.1 sockets from ``bench/harness/client.py``):
-``Plan.clients`` closed-loop clients, each with a random think time between
-requests, draw from one fixed weighted mix over every demo operation and the
-probe: lists and summaries over small parameter sets and two scopes (so the
-worker TTL caches answer some and identical in-flight requests coalesce), PII
-drill-downs on random ids, invoice PDFs (the blob fetched too), ``probe.echo``,
-``probe.sleep`` (shared durations: coalescing), ``probe.fail`` (succeeds on the
-second attempt, or is parked as poison: an expected ``error`` event) and
-``probe.reject`` (an expected error answer). Every request is POST -> 202, then
-the SSE stream read to its final event; after a ``TIMEOUT`` event the job is
-polled. Each request is bounded (``Plan.request_bound_s``).
-
-Every ``Plan.period_s`` seconds (5 s for runs up to 3 minutes, else 10 s) a
-sample records: RSS (and RssAnon, open fds) of the BFF, every worker and the sum
-over Postgres' processes; ``pg_stat_activity`` client connections by
-``application_name``; ``pg_total_relation_size`` of ``maestro_queues`` (and of
-``surface_result_blobs``); ``n_live_tup``/``n_dead_tup``/``last_autovacuum`` from
-``pg_stat_user_tables``; rows by status; requests, throughput, errors and
-latency of the interval.
-
-Retention: the workers' elected maintenance pass keeps ``done`` rows 24 h, so a
-soak of minutes would never see one deleted. Standing in for that production
-retention, the bench runs ``reap_once`` itself after every sample,
-with ``RetentionConfig(done_seconds=poison_seconds=Plan.retention_s)``
-(run length / 8, between 15 and 60 s). Blobs (invoice PDFs) have a fixed 24 h TTL
-the reaper honours; standing in for a TTL of ``retention_s``, the bench moves
-``expires_at`` of blobs older than that to now() just before each pass
-(``--real-blob-ttl`` leaves them alone: the blob table then grows for 24 h).
-
-Verdicts: samples taken before ``Plan.warmup_s`` (the longer of the retention and
-``autovacuum_naptime``, plus one more naptime and two periods, at most half the
-run: the time the queue table needs to reach its steady state, one full
-autovacuum cycle at full load) are shown but not judged. Over the rest, the first third's average
-is compared with the last third's: a resource metric rising by more than 20 %
-(and by more than a small absolute noise floor per unit) is ``growing``. The run
-is ``bounded`` when no resource metric grows, no request failed unexpectedly and
-no child died (exit status 0, else 1). Throughput falling by more than 20 %
-(``dropping``) or the p99 of the interactive operations (all but
-``probe.fail``/``probe.sleep``, slow by design) rising (``slower``) are reported
-apart, as ``performance_steady``: on a shared host they follow the CPU that
-other processes take (recorded per interval as ``others``). Postgres' summed
-VmRSS counts shared buffers once per backend that touched them, so it is info
-only; its private memory (VmRSS - RssShmem) is judged. The queue table settles
-only after two autovacuum cycles (``Plan.settle_s``, ~140 s with the default
-60 s naptime): in a run shorter than twice that (under ~5 minutes), a rising
-table or dead-tuple figure is reported as ``unsettled`` (inconclusive, not
-counted against ``bounded``) and the verdict says how long a run would judge it.
-
-Prints the verdict table and a timeline and writes ``bench/results/soak.json``.
-Every process started here is stopped on exit, also on error, Ctrl-C and SIGTERM.
+Its own stack (embedded Postgres, the demo client DB, one BFF, a worker per demo
+surface and probe), ``Plan.clients`` closed-loop clients drawing from one weighted mix
+of every demo operation, a sample of processes and tables every period, and the
+verdict: ``bounded`` when no resource metric grows (exit status 0, else 1). The
+method, the mix and the verdict rule: docs/perf/soak.md. Prints the verdict table
+and a timeline and writes ``bench/results/soak.json``; every process started here is
+stopped on exit, also on error, Ctrl-C and SIGTERM.
 """
 
 from __future__ import annotations
@@ -85,7 +35,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -294,6 +244,12 @@ def _some(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+#: Asked with the staff or (30 %) a manager's token, and a branch valid for it.
+SCOPED = frozenset(
+    {"users.list", "learnerviews.branchSummary", "learnerviews.courseSummary", "skills.coverage"}
+)
+
+
 class Mix:
     """The fixed weighted request mix; :meth:`draw` builds one request."""
 
@@ -303,114 +259,46 @@ class Mix:
         self.manager = mint_token(
             JWT_SECRET, client="acme", sub="soak-mgr", branches=MANAGER_BRANCHES, ttl=86400
         )
-        builders: dict[str, Callable[[random.Random], Request]] = {
-            "users.list": self.users_list,
-            "users.detail": self.users_detail,
-            "learnerviews.branchSummary": self.branch_summary,
-            "learnerviews.courseSummary": self.course_summary,
-            "learnerviews.learner": self.learner,
-            "accounting.invoices": self.invoices,
-            "accounting.invoice": self.invoice,
-            "accounting.invoicePdf": self.invoice_pdf,
-            "skills.coverage": self.coverage,
-            "skills.profile": self.profile,
-            "probe.echo": self.echo,
-            "probe.sleep": self.sleep,
-            "probe.fail": self.fail,
-            "probe.reject": self.reject,
-        }
-        self.builders = [builders[name] for name in WEIGHTS]
-        self.weights = list(WEIGHTS.values())
 
     def draw(self, rng: random.Random) -> Request:
-        (build,) = rng.choices(self.builders, self.weights)
-        return build(rng)
-
-    def _scope(self, rng: random.Random) -> tuple[str, tuple[str | None, ...]]:
-        """A token and the branch filters valid for it (30 % manager, 70 % staff)."""
-        if rng.random() < 0.3:
-            return self.manager, (None, *MANAGER_BRANCHES)
-        return self.staff, (None, "acme-east", "acme-west")
-
-    def users_list(self, rng: random.Random) -> Request:
-        token, branches = self._scope(rng)
-        params = {
-            "limit": rng.choice((25, 50)),
-            "offset": rng.choice((0, 50)),
-            "branch": rng.choice(branches),
-            "q": rng.choice((None, "an")),
-        }
-        return Request("users", "list", _some(params), token)
-
-    def users_detail(self, rng: random.Random) -> Request:
-        return Request("users", "detail", {"userId": rng.choice(self.ids.users)}, self.staff)
-
-    def branch_summary(self, rng: random.Random) -> Request:
-        token, branches = self._scope(rng)
-        params = {
-            "branch": rng.choice(branches),
-            "since": rng.choice((None, "2025-01-01", "2025-06-01")),
-        }
-        return Request("learnerviews", "branchSummary", _some(params), token)
-
-    def course_summary(self, rng: random.Random) -> Request:
-        token, branches = self._scope(rng)
-        params = {
-            "limit": rng.choice((10, 50)),
-            "branch": rng.choice(branches[:2]),
-            "category": rng.choice((None, *self.ids.course_categories[:3])),
-        }
-        return Request("learnerviews", "courseSummary", _some(params), token)
-
-    def learner(self, rng: random.Random) -> Request:
-        params = {"userId": rng.choice(self.ids.users), "status": rng.choice((None, "completed"))}
-        return Request("learnerviews", "learner", _some(params), self.staff)
-
-    def invoices(self, rng: random.Random) -> Request:
-        params = {
-            "status": rng.choice((None, "draft", "sent", "paid", "overdue")),
-            "limit": 25,
-            "offset": rng.choice((0, 25)),
-            "branch": rng.choice((None, "acme-east")),
-        }
-        return Request("accounting", "invoices", _some(params), self.staff)
-
-    def invoice(self, rng: random.Random) -> Request:
-        params = {"invoiceId": rng.choice(self.ids.invoices)}
-        return Request("accounting", "invoice", params, self.staff)
-
-    def invoice_pdf(self, rng: random.Random) -> Request:
-        params = {"invoiceId": rng.choice(self.ids.invoices)}
-        return Request("accounting", "invoicePdf", params, self.staff)
-
-    def coverage(self, rng: random.Random) -> Request:
-        token, branches = self._scope(rng)
-        params = {
-            "branch": rng.choice(branches),
-            "category": rng.choice((None, *self.ids.skill_categories[:2])),
-        }
-        return Request("skills", "coverage", _some(params), token)
-
-    def profile(self, rng: random.Random) -> Request:
-        return Request("skills", "profile", {"userId": rng.choice(self.ids.users)}, self.staff)
-
-    def echo(self, rng: random.Random) -> Request:
-        value = rng.choice("abcde") if rng.random() < 0.5 else uuid.uuid4().hex
-        return Request("probe", "echo", {"value": value}, self.staff)
-
-    def sleep(self, rng: random.Random) -> Request:
-        return Request("probe", "sleep", {"ms": rng.choice((100, 250, 500))}, self.staff)
-
-    def fail(self, rng: random.Random) -> Request:
-        nonce = uuid.uuid4().hex
-        if rng.random() < 0.67:  # fails once, succeeds on the retry after the backoff
-            return Request("probe", "fail", {"times": 1, "nonce": nonce}, self.staff)
-        # fails on every claim: parked as poison after the dequeue budget (5)
-        return Request("probe", "fail", {"times": 50, "nonce": nonce}, self.staff, "poison")
-
-    def reject(self, rng: random.Random) -> Request:
-        params = {"status": rng.choice((400, 403, 404)), "message": "soak"}
-        return Request("probe", "reject", params, self.staff, "rejected")
+        (name,) = rng.choices(list(WEIGHTS), list(WEIGHTS.values()))
+        surface, operation = name.split(".")
+        token, branches = self.staff, ["acme-east", "acme-west"]
+        if name in SCOPED and rng.random() < 0.3:
+            token, branches = self.manager, MANAGER_BRANCHES
+        pick, ids, expect = rng.choice, self.ids, "ok"
+        some: tuple[str | None, ...] = (None, *branches)  # no branch filter, or one
+        match name:
+            case "users.list":
+                params = {"limit": pick((25, 50)), "offset": pick((0, 50)), "branch": pick(some)}
+                params["q"] = pick((None, "an"))
+            case "users.detail" | "skills.profile":
+                params = {"userId": pick(ids.users)}
+            case "learnerviews.branchSummary":
+                params = {"branch": pick(some), "since": pick((None, "2025-01-01", "2025-06-01"))}
+            case "learnerviews.courseSummary":
+                categories = (None, *ids.course_categories[:3])
+                params = {"limit": pick((10, 50)), "branch": pick(some[:2])}
+                params["category"] = pick(categories)
+            case "learnerviews.learner":
+                params = {"userId": pick(ids.users), "status": pick((None, "completed"))}
+            case "accounting.invoices":
+                params = {"status": pick((None, "draft", "sent", "paid", "overdue")), "limit": 25}
+                params |= {"offset": pick((0, 25)), "branch": pick((None, "acme-east"))}
+            case "accounting.invoice" | "accounting.invoicePdf":
+                params = {"invoiceId": pick(ids.invoices)}
+            case "skills.coverage":
+                params = {"branch": pick(some), "category": pick((None, *ids.skill_categories[:2]))}
+            case "probe.echo":
+                params = {"value": pick("abcde") if rng.random() < 0.5 else uuid.uuid4().hex}
+            case "probe.sleep":
+                params = {"ms": pick((100, 250, 500))}  # shared durations: they coalesce
+            case "probe.fail":  # fails once, or (1/3) on every claim: parked as poison
+                expect = "poison" if rng.random() >= 0.67 else "ok"
+                params = {"times": 50 if expect == "poison" else 1, "nonce": uuid.uuid4().hex}
+            case _:  # probe.reject: an expected error answer
+                params, expect = {"status": pick((400, 403, 404)), "message": "soak"}, "rejected"
+        return Request(surface, operation, _some(params), token, expect)
 
 
 @dataclass
@@ -930,39 +818,15 @@ def report(
             "embedded_settings_passed": stack.server.extra_settings,
             "migrate": migrate_out,
             "plan": plan.describe(),
-            "stack": "1 BFF (python -m hypercorn -k trio dataplane.app:app; RSS/fds are its "
-            "serving process, bff-master its parent) + one `python -m dataplane worker` per "
-            f"surface {list(SURFACES)} (DATAPLANE_CONCURRENCY={plan.worker_concurrency}; demo "
-            "surfaces with DATAPLANE_CLIENT_DB_URL = the demo DB's read-only DSN; probe with "
-            f"DATAPLANE_FAIL_BACKOFF_SECONDS={plan.fail_backoff_s}); "
-            f"DATAPLANE_SSE_DEADLINE_SECONDS={plan.sse_deadline_s}",
-            "load": f"{plan.clients} closed-loop clients (raw keep-alive HTTP/1.1 socket each), "
-            f"think time uniform {plan.think_s} s; each request POST -> 202 -> SSE to the final "
-            "event (poll after TIMEOUT), PDF blobs fetched; weights: "
-            + ", ".join(f"{op}={w}" for op, w in WEIGHTS.items()),
-            "retention": f"reap_once(RetentionConfig(done_seconds={plan.retention_s:g}, "
-            f"poison_seconds={plan.retention_s:g})) run by the bench after every sample, "
-            "standing in for the workers' elected maintenance pass (24 h done / 7 d poison "
-            f"retention, every {MAINTENANCE_SECONDS:g} s)",
-            "blob_ttl": "real (24 h): blobs are never reaped in a soak"
-            if real_blob_ttl
-            else f"stand-in: before each pass blobs older than {plan.retention_s:g} s get "
-            "expires_at = now(), so the reaper deletes them (real TTL 24 h)",
-            "verdict_rule": f"samples with t < {plan.warmup_s:g} s (max(retention, "
-            "autovacuum_naptime) + naptime + 2 periods, at most half the run) are not "
-            "judged; over the rest, first-third vs last-third average: 'growing' when "
-            f"up > {GROWTH_LIMIT:.0%} and by more than the unit's noise floor {FLOORS}; "
-            "throughput 'dropping' when down > 20 %; latency p99 'slower' when up > 20 % "
-            "and > 20 ms (both reported as performance_steady, not part of 'bounded': on a "
-            "shared host they follow the others' CPU); 'bounded' = no resource metric "
-            "growing, no unexpected error, no child died",
+            "method": "docs/perf/soak.md (the stack, the mix, retention, the verdict rule)",
+            "surfaces": list(SURFACES),
+            "weights": WEIGHTS,
+            "real_blob_ttl": real_blob_ttl,
+            "growth_limit": GROWTH_LIMIT,
+            "noise_floors": FLOORS,
+            "maintenance_seconds": MAINTENANCE_SECONDS,
             "demo_db_s": raw["demo_db_s"],
             "stack_start_s": raw["stack_start_s"],
-            "connection_ceilings": "BFF pool 20 + its LISTEN connection; per worker a queue "
-            f"pool of {plan.worker_concurrency + 4} (concurrency + 4) and, for demo surfaces, a "
-            f"client-DB pool of {plan.worker_concurrency}; pools open connections on demand",
-            "cpu_pct": "percent of one core per interval from /proc/<pid>/stat (bench = this "
-            "process; others = host busy time minus all of these: other users of the host)",
             "load_s": raw["load_s"],
         },
         "samples": samples,

@@ -6,13 +6,8 @@ Run from the repository root (podman, images built by scripts/build-image)::
     python bench/start.py --image localhost/x:1   # another tag
     python bench/start.py --rounds 5
 
-A scratch Postgres (embedded, unless ``MAESTRO_QUEUES_URL`` is set) on the host; the
-containers use ``--network host --read-only`` as CI runs them. Per round and role:
-``podman run -d`` is started, then the role's readiness is polled every 20 ms —
-``dataplane migrate``: its exit 0; the BFF: ``GET /readyz`` 200 (queue DB checked); a
-worker (probe surface): ``GET /readyz`` 200 on its metrics port (claiming); capcom:
-``GET /readyz`` 200 — and ``podman kill -s TERM`` to the container's exit (tini ->
-dataplane, graceful). Prints the medians and writes ``bench/results/start.json``.
+How each role's readiness is told: docs/perf/benchmarks.md. Prints the medians and
+writes ``bench/results/start.json``.
 """
 
 from __future__ import annotations
