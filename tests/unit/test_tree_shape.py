@@ -1,7 +1,9 @@
 """The tree's shape (issue #39): no folder of the plane holds more than 12 modules at
 one level, the root of ``dataplane/`` at most 5, and no import cycle between modules,
 counting the imports made under ``TYPE_CHECKING`` and inside functions (a cycle is a
-knot to read, whether or not it runs)."""
+knot to read, whether or not it runs). And ``bench/`` imports nothing of ``tests/``,
+in at most :data:`MAX_BENCH_LINES` lines: a benchmark runs on the plane and its own
+harness, never on test code."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dataplane", "telemetry")
 MAX_MODULES_PER_FOLDER = 12  # __init__.py and __main__.py not counted
 MAX_ROOT_MODULES = 5  # dataplane/*.py, __init__.py included
+# bench/**/*.py, every line counted: the 4,500 that issue #39 asked of the bench's own
+# code (4,403 now, from 4,609), plus the Patroni drill the same issue moved in from
+# tests/ (bench/harness/drill.py, 463 lines)
+MAX_BENCH_LINES = 4_900
 
 
 def _module_files() -> dict[str, Path]:
@@ -117,3 +123,18 @@ def test_no_folder_over_12_modules_and_a_small_root() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_bench_imports_no_test_code_and_stays_small() -> None:
+    files = sorted((ROOT / "bench").rglob("*.py"))
+    from_tests = []
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        from_tests += [
+            f"{path.relative_to(ROOT)}: {name}"
+            for name in _imported(tree, "bench.x", False)
+            if name == "tests" or name.startswith("tests.")
+        ]
+    assert not from_tests, from_tests
+    lines = sum(len(path.read_text().splitlines()) for path in files)
+    assert lines <= MAX_BENCH_LINES, f"bench/ has {lines} lines (at most {MAX_BENCH_LINES})"
