@@ -140,6 +140,7 @@ def _cmd_surfaces(args: argparse.Namespace) -> int:
                     + (["u:<caller>"] if op.per_user else [])
                     + ([f"u:<params.{op.user_param}>"] if op.user_param else []),
                     "needsClientDb": entry.surface.needs_client_db,
+                    "resultSchema": op.result is not None,
                     "from": entry.origin,
                 }
             )
@@ -149,12 +150,14 @@ def _cmd_surfaces(args: argparse.Namespace) -> int:
     if not rows:
         print("no surfaces registered (install a surface package, or set DATAPLANE_SURFACES)")
         return 0
-    print(f"{'surface.operation':32} {'ver':>3} {'ttl':>5} {'timeout':>7}  gates / tags / from")
+    head = f"{'surface.operation':32} {'ver':>3} {'ttl':>5} {'timeout':>7} {'result':6}"
+    print(f"{head}  gates / tags / from")
     for r in rows:
         gates = ",".join(r["gates"]) or "-"
         print(
             f"{r['surface'] + '.' + r['operation']:32} {r['version']:>3} {r['ttlSeconds']:>5g} "
-            f"{r['timeoutSeconds']:>7g}  {gates} / {','.join(r['tags'])} / {r['from']}"
+            f"{r['timeoutSeconds']:>7g} {'schema' if r['resultSchema'] else '-':6}"
+            f"  {gates} / {','.join(r['tags'])} / {r['from']}"
         )
     return 0
 

@@ -213,6 +213,14 @@ class Instruments:
             "Checks that found a plane lock held by a session whose role is not the plane's "
             "(worker, while waiting for its on-call lock)",
         )
+        self.result_invalid = _counter(
+            meter,
+            "dataplane.result.invalid",
+            "{answer}",
+            "Answers that broke their operation's result schema, checked as "
+            "DATAPLANE_RESULT_CHECK says: enforce answers RESULT_INVALID, count lets them "
+            "go (worker)",
+        )
         self.notify_rejected = _counter(
             meter,
             "dataplane.notify.rejected",
@@ -354,6 +362,8 @@ def initialise(
                 m.fenced.add(0, {**q, "dataplane.write": write})
             m.lease_lost.add(0, q)
             m.coalesced.add(0, {**q, "dataplane.layer": "single_flight"})
+            for name in names:
+                m.result_invalid.add(0, {**q, OPERATION: name})
         for queue_type in maintained:
             m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
         for queue_type, name in cacheable:

@@ -54,6 +54,11 @@ def _operation_schema(surface: Surface) -> dict[str, Any]:
                 + "".join(f" Gate: {g.description}." for g in op.gates if isinstance(g, Gate)),
                 "type": "object",
                 "properties": {"operation": {"const": op.name}, "params": dict(op.params)},
+                **(
+                    {"x-dataplane-result": _ref(result_name(surface.id, op.name))}
+                    if op.result
+                    else {}
+                ),
                 "required": ["operation", "params"] if op.params.get("required") else ["operation"],
                 "additionalProperties": False,
             }
@@ -97,15 +102,49 @@ JOB_PARAMS: list[dict[str, Any]] = [
 
 def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
     paths: dict[str, Any] = {}
+    schemas = dict(COMPONENTS["schemas"])
     for sid, surface in sorted(surfaces.items()):
         paths.update(_surface_paths(sid, surface))
+        schemas.update(_result_schemas(sid, surface))
     paths.update(FIXED_PATHS)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Surface Data Plane", "version": __version__},
         "paths": paths,
-        "components": COMPONENTS,
+        "components": {**COMPONENTS, "schemas": schemas},
     }
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def result_name(sid: str, operation: str) -> str:
+    """The component naming an operation's result schema: ``<surface>.<operation>.result``."""
+    return f"{sid}.{operation}.result"
+
+
+def answer_name(sid: str, surface: Surface) -> str:
+    """The answer schema of a surface's jobs: ``<surface>.Answer`` when every operation
+    declares its result (``result`` is then one of them), else the plain ``Answer``."""
+    typed = surface.operations and all(op.result for op in surface.operations.values())
+    return f"{sid}.Answer" if typed else "Answer"
+
+
+def _result_schemas(sid: str, surface: Surface) -> dict[str, Any]:
+    """Each declared result schema as a component, and the surface's typed answer."""
+    out: dict[str, Any] = {
+        result_name(sid, op.name): dict(op.result)
+        for op in surface.operations.values()
+        if op.result is not None
+    }
+    if answer_name(sid, surface) != "Answer":
+        variants = [_ref(result_name(sid, name)) for name in surface.operations]
+        out[answer_name(sid, surface)] = {
+            "allOf": [_ref("Answer")],
+            "properties": {"result": {"anyOf": variants}},
+        }
+    return out
 
 
 def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
@@ -113,7 +152,7 @@ def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
     base = f"/api/{sid}/q"
     return {
         base: _enqueue_path(sid, surface),
-        base + "/{jobId}": _job_path(sid),
+        base + "/{jobId}": _job_path(sid, surface),
         base + "/{jobId}/stream": _stream_path(sid),
         base + "/{jobId}/blob": _blob_path(sid),
     }
@@ -145,9 +184,7 @@ def _enqueue_path(sid: str, surface: Surface) -> dict[str, Any]:
                         },
                         "Vary": VARY,
                     },
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}
-                    },
+                    "content": {"application/json": {"schema": _ref(answer_name(sid, surface))}},
                 },
                 "202": {
                     "description": "Queued (or attached to an identical live job); with"
@@ -170,7 +207,7 @@ def _enqueue_path(sid: str, surface: Surface) -> dict[str, Any]:
     return path
 
 
-def _job_path(sid: str) -> dict[str, Any]:
+def _job_path(sid: str, surface: Surface) -> dict[str, Any]:
     """A job's route: poll it (GET), cancel it (DELETE)."""
     path: dict[str, Any] = {
         "get": {
@@ -181,9 +218,7 @@ def _job_path(sid: str) -> dict[str, Any]:
             "responses": {
                 "200": {
                     "description": "The finished job's answer",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Answer"}}
-                    },
+                    "content": {"application/json": {"schema": _ref(answer_name(sid, surface))}},
                 },
                 "202": {
                     "description": "Still live",

@@ -151,6 +151,9 @@ def _children(
             "MAESTRO_QUEUES_URL": logins["worker"],
             "SURFACE_QUEUE_TYPE": surface.queue_type().name,
             "DATAPLANE_METRICS_PORT": str(free_port()),  # one port per worker
+            # An answer that breaks its result schema fails loudly here, where it is
+            # written (production checks nothing unless told: DATAPLANE_RESULT_CHECK).
+            "DATAPLANE_RESULT_CHECK": "enforce",
         }
         if surface.needs_client_db:
             if ro_dsn is None:

@@ -12,6 +12,11 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   once, validated at the BFF (400) and again in the worker, published in
   ``/openapi.json``; ``default`` values are filled in and integral numbers given
   for ``integer`` normalised, so equal requests coalesce;
+* ``result`` (optional): a JSON Schema of what the handler answers (a JSON answer; a
+  blob's answer is its ``blobRef``), published in ``/openapi.json`` so a client can be
+  typed from it, and checked by the worker as ``DATAPLANE_RESULT_CHECK`` says
+  (``enforce`` in ``dataplane dev`` and the test kit: a mismatch answers
+  ``RESULT_INVALID`` naming the first difference; ``count``; ``off``, the default);
 * ``ttl_seconds``: 0 (always fresh, never cached) or how long the worker caches a
   result; its cache tags are ``c:<client>`` and ``u:<user>`` (with its client-scoped
   twin ``c:<client>|u:<user>``) for the user the result is about: ``user_param``
@@ -115,12 +120,12 @@ def _message(error: Any, base: str) -> str:
     return f"{where}: {error.message}"
 
 
-def _compile(schema: Schema) -> Any:
+def _compile(schema: Schema, what: str = "parameter") -> Any:
     try:
         return jsonschema_rs.Draft202012Validator(dict(schema), validate_formats=True)
     except (jsonschema_rs.ValidationError, ValueError, TypeError) as exc:
         first = str(exc).splitlines()[0]
-        raise InvalidArgument(f"the parameter schema does not compile: {first}") from None
+        raise InvalidArgument(f"the {what} schema does not compile: {first}") from None
 
 
 def _normalise(schema: Schema, value: Any) -> Any:
@@ -213,7 +218,9 @@ class Operation:
     per_user: bool = False  # the result is about the caller
     description: str = ""
     summary_fields: Sequence[str] = ()
+    result: Schema | None = None  # what the handler answers (JSON Schema 2020-12)
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
+    _result_validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-zA-Z0-9_]*", self.name):
@@ -227,6 +234,13 @@ class Operation:
             object.__setattr__(self, "_validator", _compile(self.params))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: {exc}") from None
+        if self.result is not None:
+            if not isinstance(self.result, Mapping):
+                raise InvalidArgument(f"{where}: the result schema must be a JSON Schema object")
+            try:
+                object.__setattr__(self, "_result_validator", _compile(self.result, "result"))
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"{where}: {exc}") from None
         if not _is_async(self.handler):
             raise InvalidArgument(f"{where}: the handler must be an async function")
         if self.ttl_seconds < 0:
@@ -262,6 +276,16 @@ class Operation:
             assert isinstance(gate, Gate)
             gate(auth, normalised)
         return normalised
+
+    def result_problem(self, value: Any) -> str | None:
+        """The first way ``value`` breaks the result schema (``result.<path>: what is
+        wrong``), or None: it conforms, or the operation declares no result schema."""
+        checker = self._result_validator
+        if checker is None or checker.is_valid(value):
+            return None
+        for error in checker.iter_errors(value):
+            return _message(error, "result")
+        return "result: does not match the result schema"
 
     def cache_tags(self, auth: Auth, params: Mapping[str, Any]) -> list[str]:
         """``c:<client>``; and for each user the result is about, ``u:<user>`` (dropped

@@ -67,6 +67,15 @@ SURFACE = surface_of(
         },
         echo,
         description="Answer with the given value.",
+        result={
+            "type": "object",
+            "properties": {
+                "echo": {"description": "the value given"},
+                "client": {"type": "string"},
+            },
+            "required": ["echo", "client"],
+            "additionalProperties": False,
+        },
     ),
     Operation(
         "sleep",
@@ -79,6 +88,12 @@ SURFACE = surface_of(
         },
         sleep,
         description="Sleep for ms milliseconds, then answer.",
+        result={
+            "type": "object",
+            "properties": {"slept_ms": {"type": "integer", "minimum": 0}},
+            "required": ["slept_ms"],
+            "additionalProperties": False,
+        },
     ),
     Operation(
         "fail",
@@ -94,6 +109,12 @@ SURFACE = surface_of(
         },
         fail,
         description="Raise an unexpected error on the first `times` claims.",
+        result={
+            "type": "object",
+            "properties": {"succeeded_on_attempt": {"type": "integer", "minimum": 1}},
+            "required": ["succeeded_on_attempt"],
+            "additionalProperties": False,
+        },
     ),
     Operation(
         "reject",
@@ -109,6 +130,7 @@ SURFACE = surface_of(
         },
         reject,
         description="Answer with an expected error of the given status.",
+        result={"not": {}, "description": "none: it always answers an expected error"},
     ),
     Operation(
         "large",
@@ -121,6 +143,12 @@ SURFACE = surface_of(
         },
         large,
         description="Answer with a result of about `bytes` bytes (goes out as a blob).",
+        result={
+            "type": "object",
+            "properties": {"filler": {"type": "string"}},
+            "required": ["filler"],
+            "additionalProperties": False,
+        },
     ),
     Operation(
         "cached",
@@ -134,6 +162,15 @@ SURFACE = surface_of(
         ttl_seconds=60,
         per_user=True,
         description="Answer with the given value, cached 60 s per caller.",
+        result={
+            "type": "object",
+            "properties": {
+                "cached": {"description": "the value given"},
+                "user": {"type": "string"},
+            },
+            "required": ["cached", "user"],
+            "additionalProperties": False,
+        },
     ),
     id="probe",
     description="Synthetic checks: echo, sleep, fail, reject, large, cached.",

@@ -33,6 +33,7 @@ POLL_START_MS = 100  # first idle poll backoff, milliseconds
 IDLE_MS = 2000  # idle poll backoff ceiling, milliseconds
 INLINE_MAX_BYTES = 262_144  # larger results go to surface_result_blobs
 SHUTDOWN_GRACE_SECONDS = 30.0  # in-flight jobs may finish within this on SIGTERM
+RESULT_CHECKS = ("off", "count", "enforce")  # DATAPLANE_RESULT_CHECK
 
 
 def default_worker_id(queue_type: str) -> str:
@@ -69,6 +70,10 @@ class WorkerConfig:
     sample_seconds: float = setting(
         "DATAPLANE_QUEUE_SAMPLE_SECONDS", SAMPLE_SECONDS, minimum=0.001
     )  # cadence of the elected queue sampler (depth gauges)
+    # What a JSON answer's mismatch with its operation's result schema does: enforce
+    # (the job answers RESULT_INVALID), count (dataplane.result.invalid, the answer
+    # goes), off (not checked: no cost). dataplane dev and the test kit enforce.
+    result_check: str = setting("DATAPLANE_RESULT_CHECK", "off", choices=RESULT_CHECKS)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:

@@ -493,6 +493,7 @@ COUNTERS = [
         "notify_rejected",
         "outsider_locks",
         "invalidations_refused",
+        "result_invalid",
     )
 ]
 GAUGES = [

@@ -159,6 +159,10 @@ class JobExecutor:
             # A renewal found the claim gone and cancelled the execution: drop the work.
             attempt.lease_lost()
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
+        except ResultInvalid as exc:
+            # A defect of the surface (its answer breaks its schema): answered loudly at
+            # once, not retried (the handler would answer the same).
+            completion, outcome = Completion(job, exc.to_payload()), Outcome.ERROR
         except (HttpError, InvalidArgument) as exc:
             # An expected error, or a malformed envelope: an answer, not a retry.
             error = exc if isinstance(exc, HttpError) else HttpError(400, f"malformed job: {exc}")
@@ -249,10 +253,24 @@ class JobExecutor:
         if coalesced:
             self.counters.coalesced += 1
             attempt.coalesced_with(leader)  # the execution that answered
+        self._check_result(op, value, attempt)  # before the cache keeps it
         if op.cacheable and not coalesced and not isinstance(value, BlobResult | bytes):
             self.cache.put(key, value, op.ttl_seconds, op.cache_tags(envelope.auth, params))
         cache = CacheStatus.MISS if op.cacheable else CacheStatus.BYPASS
         return value, cache, coalesced
+
+    def _check_result(self, op: Operation, value: Any, attempt: Attempt) -> None:
+        """A JSON answer against its operation's result schema, as the worker's
+        ``result_check`` says: ``enforce`` raises :class:`ResultInvalid`, ``count``
+        counts and lets it go, ``off`` (the default) costs nothing."""
+        mode = self.config.result_check
+        if mode == "off" or op.result is None or isinstance(value, BlobResult | bytes):
+            return
+        problem = op.result_problem(value)
+        if problem is not None:
+            attempt.result_invalid(op.name, problem, enforced=mode == "enforce")
+            if mode == "enforce":
+                raise ResultInvalid(problem)
 
     def _checked(self, envelope: Envelope) -> tuple[Operation, dict[str, Any]]:
         """The operation and its checked params; gates re-enforced from the envelope."""
@@ -314,6 +332,13 @@ class JobExecutor:
         if self.on_retry is not None:
             self.on_retry(self.config.queue.fail_backoff_seconds)
         return Outcome.FAILED
+
+
+class ResultInvalid(Exception):
+    """The handler's answer breaks its operation's result schema (``enforce``)."""
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"error": {"status": 500, "code": "RESULT_INVALID", "message": str(self)}}
 
 
 class _ClaimLost(Exception):

@@ -131,6 +131,9 @@ def record_attempt(job: ClaimedJob, result: JobResult, seconds: float) -> None:
         m.poison.add(1, {**queue, REASON: "failed"})
 
 
+_results_warned: set[tuple[str, str]] = set()  # (type, operation) counted and warned of
+
+
 def error_type(exc: BaseException) -> str:
     """``error.type`` of a failed attempt: ``TIMEOUT``, else the exception's class."""
     return "TIMEOUT" if isinstance(exc, HandlerTimeout) else type(exc).__name__
@@ -244,6 +247,25 @@ class Attempt:
 
     def poisoned(self, exc: BaseException) -> None:
         poisoned(self.job, exc, self.span)
+
+    def result_invalid(self, operation: str, problem: str, enforced: bool) -> None:
+        """The answer broke its operation's result schema: counted, logged (each time
+        it is enforced, else once per operation and process), an event on the span."""
+        instruments().result_invalid.add(1, {QUEUE_TYPE: self.job.type, OPERATION: operation})
+        if enforced or (self.job.type, operation) not in _results_warned:
+            if not enforced:
+                _results_warned.add((self.job.type, operation))
+            log.log(
+                logging.ERROR if enforced else logging.WARNING,
+                "job %s (%s, %s): the answer breaks its result schema: %s%s",
+                self.job.id,
+                self.job.type,
+                operation,
+                problem,
+                "" if enforced else " (counted, answered anyway; logged once)",
+            )
+        if self.span.is_recording():
+            self.span.add_event("RESULT_INVALID", {"dataplane.problem": problem})
 
     def coalesced_with(self, leader: Any) -> None:
         """The value came from another job's execution (single flight): link to it."""
