@@ -237,7 +237,9 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         return run_ha(Path(args.dir) / "ha")
     from dataplane.dev.supervisor import run_dev
 
-    return run_dev(fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp)
+    return run_dev(
+        fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp, reload=args.reload
+    )
 
 
 def _add_serve_parsers(sub: Any) -> None:
@@ -322,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
     dev.add_argument("--ha", action="store_true", help="only an HA Postgres (Patroni); its DSNs")
+    dev.add_argument(
+        "--reload",
+        action="store_true",
+        help="restart a surface's workers (and the BFF when what it serves changed) when a "
+        "file of its package changes (editable installs; needs the dev extra: watchfiles)",
+    )
     dev.add_argument(
         "--otlp",
         metavar="URL",

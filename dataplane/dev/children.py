@@ -1,7 +1,8 @@
 """Child processes of ``dataplane dev``: started, supervised, stopped, never orphaned.
 
 :func:`supervise` runs one :class:`Child` until cancelled, restarting it with
-backoff when it dies (a child that ran :data:`STABLE_AFTER` resets its backoff);
+backoff when it dies (a child that ran :data:`STABLE_AFTER` resets its backoff), and
+at once when asked (:meth:`Child.restart`: ``dataplane dev --reload``);
 cancellation stops it (SIGTERM, then SIGKILL after :data:`CHILD_STOP_GRACE`).
 Each child is started with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux), from the main
 thread (the death signal follows the thread that forked), so it stops on its own
@@ -39,6 +40,14 @@ class Child:
     env: Mapping[str, str]
     restarts: int = 0
     pid: int | None = field(default=None)
+    _running: trio.CancelScope | None = field(default=None, repr=False)
+    _restart_why: str | None = field(default=None, repr=False)
+
+    def restart(self, why: str) -> None:
+        """Stop the running process and start it again at once (no backoff)."""
+        self._restart_why = why
+        if self._running is not None:
+            self._running.cancel()
 
 
 def _prctl() -> object | None:
@@ -140,12 +149,20 @@ async def supervise(child: Child, log_dir: Path) -> None:
         async with await trio.open_file(log_path, "ab") as out:
             process = ChildProcess.spawn(child.argv, {**os.environ, **child.env}, out.wrapped)
             child.pid = process.pid
+            code: int | None = None
             try:
-                code = await process.wait()
+                with trio.CancelScope() as child._running:
+                    code = await process.wait()
             finally:
+                child._running = None
                 if process.returncode is None:
                     with trio.CancelScope(shield=True):
                         await _stop_child(process)
+        if child._restart_why is not None:  # asked for: again now, and a fresh backoff
+            log.info("%s restarted: %s", child.name, child._restart_why)
+            child._restart_why, failures = None, 0
+            child.restarts += 1
+            continue
         if trio.current_time() - started > STABLE_AFTER:
             failures = 0
         delay = RESTART_BACKOFF[min(failures, len(RESTART_BACKOFF) - 1)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import secrets
 import shutil
 import signal
@@ -47,6 +48,7 @@ from dataplane.db import (
 )
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.embedded import EmbeddedPostgres, free_port
+from dataplane.dev.reload import reload_on_change
 from dataplane.queue import open_queue_database
 from dataplane.queue.migrations import migrate
 from dataplane.queue.roles import ensure_login
@@ -203,7 +205,12 @@ async def _wait_ready(port: int) -> bool:
     return False
 
 
-async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None) -> None:
+RELOAD_ON = "on: a saved file of a surface package restarts what serves it"
+
+
+async def _run(
+    server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None, reload: bool = False
+) -> None:
     def say(line: str) -> None:
         print(f"dataplane dev: {line}", file=sys.stderr, flush=True)
 
@@ -218,6 +225,9 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
     async with trio.open_nursery() as nursery:
         for child in children:
             nursery.start_soon(supervise, child, log_dir)
+        if reload:
+            bff_env = {**os.environ, **children[0].env}
+            nursery.start_soon(reload_on_change, children, _surfaces(), bff_env)
         ready = await _wait_ready(port)
         token = mint_token(secret, client="acme", sub="1", staff=True, ttl=30 * 24 * 3600)
         url = f"http://127.0.0.1:{port}"
@@ -240,6 +250,7 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
                     f"  OTLP:           {otlp or 'off (dataplane dev --otlp URL)'}",
                     f"  Queue DB:       {queue_dsn}",
                     f"  Logs:           {log_dir}/",
+                    f"  Reload:         {RELOAD_ON if reload else 'off (dataplane dev --reload)'}",
                     "  Ctrl-C stops everything.",
                     "",
                 ]
@@ -250,7 +261,11 @@ async def _run(server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | N
 
 
 async def _run_until_signal(
-    server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None = None
+    server: EmbeddedPostgres,
+    dev_dir: Path,
+    port: int,
+    otlp: str | None = None,
+    reload: bool = False,
 ) -> None:
     """:func:`_run` until SIGINT, SIGTERM or SIGHUP: then cancel it, so every child
     is stopped (each ``supervise`` stops its own), and return."""
@@ -267,7 +282,7 @@ async def _run_until_signal(
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_signal)
-            await _run(server, dev_dir, port, otlp)
+            await _run(server, dev_dir, port, otlp, reload)
 
 
 def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
@@ -281,7 +296,14 @@ def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
     )
 
 
-def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR, otlp: str | None = None) -> int:
+def run_dev(
+    *,
+    fresh: bool,
+    port: int,
+    dev_dir: Path = DEV_DIR,
+    otlp: str | None = None,
+    reload: bool = False,
+) -> int:
     dev_dir = dev_dir.resolve()
     if fresh and dev_dir.exists():
         EmbeddedPostgres(dev_dir / "pg").stop("immediate")
@@ -296,7 +318,7 @@ def run_dev(*, fresh: bool, port: int, dev_dir: Path = DEV_DIR, otlp: str | None
         print("dataplane dev: starting the embedded Postgres ...", file=sys.stderr, flush=True)
         watchdog = _watch_postgres(server)
         server.start()
-        trio.run(_run_until_signal, server, dev_dir, port, otlp)
+        trio.run(_run_until_signal, server, dev_dir, port, otlp, reload)
     except KeyboardInterrupt:
         pass
     except BaseExceptionGroup as group:
