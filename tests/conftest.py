@@ -9,7 +9,6 @@ a fresh copy of it, dropped afterwards.
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -34,101 +33,26 @@ TEMPLATE = f"dataplane_template_{os.getpid()}"
 # a BFF, a worker and capcom as them without this).
 os.environ.setdefault("DATAPLANE_ALLOW_OWNER", "1")
 
+# Fixtures of a real BFF and real worker processes (bff_env, bff, http, spawn_worker),
+# shared by tests/acceptance/ and tests/smoke/.
+pytest_plugins = ["tests.real_plane"]
+
 # --- Tiers -------------------------------------------------------------------------
-# `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test
-# is `slow` by where it lives, then by name:
-# * tests/chaos/, tests/browser/ and tests/ha/ are slow whole (outages, kills, a real
-#   Chromium, a Patroni failover);
-# * tests/acceptance/ is slow except FAST_ACCEPTANCE: a few quick, representative
-#   tests of real processes and real HTTP (one per concern), so the fast tier still
-#   starts a BFF and a worker and talks to them;
-# * everything else (unit, integration, examples/) is fast except SLOW.
-# Entries are "path" (a whole file) or "path::test" (all its parameters), measured by
-# `--durations` (CI prints the 25 slowest). Rules and short named lists rather than a
-# table of measured seconds: a new test lands in the tier of its directory without
-# editing anything, a measurement's noise does not move tests between tiers, and a
-# renamed or deleted entry fails the run (below) instead of going stale unseen.
-SLOW_DIRS = ("tests/chaos/", "tests/browser/", "tests/ha/")
-# Under ~3 s each on a loaded 2-core host; about 45 s together.
-FAST_ACCEPTANCE = frozenset(
-    "tests/acceptance/" + entry
-    for entry in (
-        "test_bff.py::test_echo_post_202_then_sse_done",  # POST, a worker process, SSE
-        "test_bff_faults.py::test_poison_is_reported_at_once",
-        "test_bff_security.py::test_bad_input_gets_the_right_status_and_a_json_error",
-        "test_bff_security.py::test_missing_or_malformed_authorization_gets_401",
-        "test_bff_security.py::test_public_key_mode_rejects_hs_rs_confusion_and_checks_audience",
-        "test_bff_security.py::test_a_refused_body_does_not_stall_the_connection",
-        "test_bff_security.py::test_unconfigured_plane_answers_503_but_lives",
-        "test_security_suite.py::test_sql_injection_through_every_string_parameter",
-        "test_security_suite.py::test_newlines_cannot_forge_sse_fields",
-        "test_edge_claims.py::test_claims_that_are_not_text_answer_one_401",
-        "test_edge_connections.py::test_a_real_hypercorn_process_closes_http10_connections",
-        "test_edge_connections.py::test_an_error_answer_with_connection_close_closes_too",
-        "test_edge_connections.py::test_connection_close_closes_the_connection",
-        "test_edge_connections.py::test_http10_exchange_closes_the_connection",
-        "test_edge_connections.py::test_keep_alive_still_serves_several_requests",
-        "test_edge_jobs.py",
-        "test_edge_known_answers.py",
-        "test_edge_routes.py::test_100_continue_comes_when_the_body_is_read",
-        "test_edge_routes.py::test_a_doubled_slash_is_an_unknown_route_with_the_json_body",
-        "test_edge_routes.py::test_a_refusal_is_not_preceded_by_100_continue",
-        "test_edge_routes.py::test_a_static_name_that_is_not_a_static_file_is_a_404",
-        "test_edge_writes.py",
-        "test_failure_paths.py::test_a_full_queue_pushes_back_with_retry_after",
-        "test_failure_paths.py::test_cancel_a_pending_job_ends_its_stream_and_it_never_runs",
-        "test_plan_growth.py",
-        "test_prefer_wait.py::test_a_fast_answer_is_200_with_the_done_body",
-        "test_prefer_wait.py::test_a_client_that_goes_away_drops_only_its_waiter",
-        "test_prefer_wait.py::test_expected_errors_and_poison_answer_200_with_the_error",
-        "test_prefer_wait.py::test_openapi_documents_prefer_and_the_200",
-        "test_prefer_wait.py::test_preferences_parse_per_rfc_7240",
-        "test_prefer_wait.py::test_the_wait_is_capped_by_the_server",
-        "test_surface_ids.py::test_the_longest_id_is_served_on_the_dev_tier",
-        "test_worker_process.py::test_the_read_only_credential_cannot_write",
-        "test_worker_process.py::test_sigterm_finishes_in_flight_work_and_exits_zero",
-    )
-)
-# Unit and integration tests over ~5 s (none today: the slowest, 3-6 s, stay).
-SLOW: frozenset[str] = frozenset()
-
-
-def _listed(nodeid: str, entries: frozenset[str]) -> bool:
-    test = nodeid.split("[", 1)[0]
-    return test in entries or test.split("::", 1)[0] in entries
-
-
-def _is_slow(nodeid: str) -> bool:
-    if nodeid.startswith(SLOW_DIRS):
-        return True
-    if nodeid.startswith("tests/acceptance/"):
-        return not _listed(nodeid, FAST_ACCEPTANCE)
-    return _listed(nodeid, SLOW)
-
-
-def _stale(root: Path) -> list[str]:
-    """Entries of the lists that name no file, or no test function in their file."""
-    stale = []
-    for entry in sorted(FAST_ACCEPTANCE | SLOW):
-        path, _, name = entry.partition("::")
-        file = root / path
-        if not file.is_file() or (
-            name and not re.search(rf"^\s*(async )?def {re.escape(name)}\(", file.read_text(), re.M)
-        ):
-            stale.append(entry)
-    return stale
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    stale = _stale(config.rootpath)
-    if stale:
-        raise pytest.UsageError(f"tests/conftest.py tier lists name no test: {stale}")
+# `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test's
+# tier is its directory's, and nothing else: SLOW_DIRS are slow whole (real processes
+# at length, outages and kills, a real Chromium, a Patroni failover, podman); the rest
+# (unit, integration, smoke: a few quick tests of a real BFF and worker, one per
+# concern; deploy: the files under deploy/ checked offline; examples/) is fast. By
+# directory, not by name or by measured seconds: a new test lands in its directory's
+# tier without editing anything, and no list can go stale. A test changes tier by
+# moving to a directory of the other.
+SLOW_DIRS = ("tests/acceptance/", "tests/chaos/", "tests/browser/", "tests/ha/", "tests/fleet/")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _is_slow(item.nodeid):
+        if item.nodeid.startswith(SLOW_DIRS):
             item.add_marker(pytest.mark.slow)
 
 

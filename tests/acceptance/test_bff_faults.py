@@ -1,4 +1,5 @@
-"""The reply pump under faults: LISTEN killed, deadlines, poison, disconnects."""
+"""The reply pump under faults: LISTEN killed, deadlines, disconnects (poison:
+tests/smoke/test_bff_faults.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import trio
 
 from dataplane.bff.plane import BffServices
 from dataplane.db import Database
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
 from tests.conftest import wait_until
 from tests.helpers import SseEvent, read_sse
+from tests.real_plane import start_bff
 
 
 def plane_of(app: Any) -> BffServices:
@@ -78,27 +79,6 @@ async def test_deadline_gives_timeout_and_the_job_keeps_running(
         # And once the final event was seen, a reconnect is told to stop.
         status, _, _ = await read_sse(http, body["streamUrl"], {"Last-Event-ID": "3"})
         assert status == 204
-    shutdown.set()
-
-
-async def test_poison_is_reported_at_once(
-    bff_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    nursery: trio.Nursery,
-    spawn_worker: Callable[..., Any],
-) -> None:
-    monkeypatch.setenv("DATAPLANE_MAX_DEQUEUES", "1")
-    base, _app, shutdown = await start_bff(nursery)
-    await spawn_worker()
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-        body = (await post(http, "probe", "fail", {"times": 5})).json()
-        started = trio.current_time()
-        _, _, events = await read_sse(http, body["streamUrl"])
-        assert events[-1].name == "error"
-        assert events[-1].json["code"] == "POISON" and "ProbeFailure" in events[-1].json["message"]
-        assert trio.current_time() - started < 10  # not the 60 s deadline
-        poll = await http.get(body["pollUrl"])
-        assert poll.status_code == 200 and poll.json()["status"] == "poison"
     shutdown.set()
 
 

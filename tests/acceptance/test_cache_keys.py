@@ -20,10 +20,10 @@ import pytest
 import trio
 
 from dataplane.queue import QueueClient
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import poll_until_done, post
 from tests.conftest import wait_until
 from tests.helpers import bearer, token
+from tests.real_plane import start_bff
 
 ALICE = token(sub="alice", branches=["acme-north"])
 BOB = token(sub="bob", branches=["acme-north"])  # same client, same scope as alice

@@ -4,7 +4,9 @@ After an HTTP/1.0 or ``Connection: close`` exchange the server sends FIN at once
 an idle keep-alive connection is closed after Hypercorn's keep-alive timeout; an
 SSE stream over HTTP/1.0 (a close-delimited body) ends with the connection. The
 in-process BFF is served by Hypercorn's trio ``serve``; one case runs against a
-real ``hypercorn -k trio dataplane.app:app`` process.
+real ``hypercorn -k trio dataplane.app:app`` process. The quick cases (FIN after
+HTTP/1.0 and ``Connection: close``, pipelined keep-alive, the real process) are in
+tests/smoke/test_edge_connections.py.
 
 Against real processes (``dataplane bff`` and the card's Hypercorn command): a
 connection the peer closes is closed on our side at once, not left in CLOSE-WAIT for
@@ -62,27 +64,6 @@ async def exchange(base: str, request: bytes, *, within: float) -> tuple[bytes, 
     return received, closed
 
 
-async def test_http10_exchange_closes_the_connection(bff: str) -> None:
-    received, closed = await exchange(bff, b"GET /healthz HTTP/1.0\r\n\r\n", within=PROMPT)
-    assert received.startswith(b"HTTP/1.1 200"), received[:200]
-    assert received.endswith(b'{"status":"ok"}')
-    assert closed, "no FIN after an HTTP/1.0 exchange"
-
-
-async def test_connection_close_closes_the_connection(bff: str) -> None:
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    received, closed = await exchange(bff, request, within=PROMPT)
-    assert received.startswith(b"HTTP/1.1 200"), received[:200]
-    assert closed, "no FIN after Connection: close"
-
-
-async def test_an_error_answer_with_connection_close_closes_too(bff: str) -> None:
-    request = b"GET /no/such/route HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    received, closed = await exchange(bff, request, within=PROMPT)
-    assert received.startswith(b"HTTP/1.1 404"), received[:200]
-    assert closed
-
-
 async def test_an_idle_keep_alive_connection_closes_after_the_timeout(bff: str) -> None:
     started = trio.current_time()
     received, closed = await exchange(
@@ -92,15 +73,6 @@ async def test_an_idle_keep_alive_connection_closes_after_the_timeout(bff: str) 
     assert received.startswith(b"HTTP/1.1 200"), received[:200]
     assert closed, f"an idle keep-alive connection was still open after {idle:.1f} s"
     assert KEEP_ALIVE - 0.5 <= idle, f"closed after {idle:.1f} s, before the keep-alive timeout"
-
-
-async def test_keep_alive_still_serves_several_requests(bff: str) -> None:
-    """The fix closes idle connections only: two pipelined requests are both answered."""
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    received, closed = await exchange(bff, request + last, within=PROMPT)
-    assert received.count(b"HTTP/1.1 200") == 2, received
-    assert closed
 
 
 async def test_an_sse_stream_over_http10_ends_with_the_connection(
@@ -118,21 +90,6 @@ async def test_an_sse_stream_over_http10_ends_with_the_connection(
     done = body.split(b"event: done", 1)[1]
     data = next(ln for ln in done.splitlines() if ln.startswith(b"data: "))
     assert json.loads(data[len(b"data: ") :])["result"]["echo"] == "bye"
-
-
-async def test_a_real_hypercorn_process_closes_http10_connections(
-    bff_env: dict[str, str], tmp_path: Path
-) -> None:
-    proc = BffProcess(bff_env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
-    try:
-        await proc.wait_ready()
-        received, closed = await exchange(
-            proc.base, b"GET /healthz HTTP/1.0\r\n\r\n", within=PROMPT
-        )
-        assert received.startswith(b"HTTP/1.1 200"), received[:200]
-        assert closed, "no FIN from `hypercorn -k trio dataplane.app:app` after HTTP/1.0"
-    finally:
-        proc.stop()
 
 
 # -- connections the peer ends, and a shutdown's grace (docs/known-issues.md 6) ----------

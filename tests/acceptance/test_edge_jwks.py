@@ -28,9 +28,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from tests.acceptance.conftest import start_bff
 from tests.conftest import wait_until
 from tests.helpers import JWT_SECRET, bearer
+from tests.real_plane import start_bff
 
 REFRESH = 1.0  # DATAPLANE_JWT_JWKS_REFRESH_SECONDS in these tests
 MAX_AGE = 4.0  # DATAPLANE_JWT_JWKS_MAX_AGE_SECONDS in these tests

@@ -26,8 +26,8 @@ import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import SYSTEM_USER, free_port
-from tests.acceptance.conftest import start_bff
 from tests.helpers import WorkerProcess, bearer, read_sse, token
+from tests.real_plane import start_bff
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None

@@ -21,10 +21,10 @@ import trio
 from dataplane.bff import plane as plane_module
 from dataplane.bff.reply.pump import ReplyPump
 from dataplane.dev.embedded import free_port
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, post
 from tests.conftest import wait_until
 from tests.helpers import BffProcess, read_sse
+from tests.real_plane import start_bff
 
 
 class Fault:

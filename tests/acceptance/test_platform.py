@@ -18,9 +18,9 @@ import trio
 from dataplane.db import q
 from dataplane.queue import QueueClient
 from dataplane.surfaces.scaffold import scaffold
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import STAFF, poll_until_done, post
 from tests.helpers import bearer, read_sse, submit, token
+from tests.real_plane import start_bff
 
 
 async def test_a_scaffolded_surface_package_passes_its_test_and_answers(

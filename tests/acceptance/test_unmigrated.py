@@ -17,10 +17,10 @@ import trio
 
 from dataplane.db import DatabaseConfig, open_database
 from dataplane.queue.migrations import migrate
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff import post
 from tests.conftest import wait_until
 from tests.helpers import read_sse
+from tests.real_plane import start_bff
 
 
 async def test_an_unmigrated_queue_db_is_not_ready_and_refuses_with_503(

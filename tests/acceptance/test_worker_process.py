@@ -7,15 +7,13 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psycopg
 import pytest
 import trio
 
-from dataplane.core.errors import DatabaseError
-from dataplane.db import Database, DatabaseConfig, open_database, q
+from dataplane.db import Database, q
 from dataplane.db.lock import SessionLock
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
@@ -123,28 +121,6 @@ async def _call_queue(db: Database, waiting: int) -> bool:
     return await session_locks(db) == (1, waiting)
 
 
-async def test_sigterm_finishes_in_flight_work_and_exits_zero(
-    queue: QueueClient, queue_dsn: str, tmp_path: Path
-) -> None:
-    worker = WorkerProcess(probe_env(queue_dsn), str(tmp_path / "w.log"))
-    try:
-        await worker.wait_ready()
-        enq = await submit(queue, "probe", "sleep", {"ms": 800})
-        await wait_until(lambda: _in_progress(queue, enq.job_id), within=10)
-        worker.signal(signal.SIGTERM)
-        # It says it is stopping (the claimer is stopped by then) while its job still runs:
-        # a job enqueued now, its wake-up heard by a live worker, must stay pending.
-        await wait_until(lambda: " stopping: " in worker.output(), within=10)
-        late = await submit(queue, "probe", "echo", {"value": "late"})
-        assert worker.wait(20) == 0, worker.output()
-        row = await queue.get(enq.job_id)
-        assert row is not None and row.status == "done" and row.dequeue_count == 1
-        # It stopped claiming: the job enqueued after the signal stays pending.
-        assert await _status(queue, late.job_id) == "pending"
-    finally:
-        worker.stop()
-
-
 async def test_sigterm_past_the_grace_releases_without_counting(
     queue: QueueClient, queue_dsn: str, tmp_path: Path
 ) -> None:
@@ -218,31 +194,6 @@ def test_the_worker_refuses_to_boot_with_one_line_why(
     ]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("dataplane worker: ") and reason in lines[0]
-
-
-async def test_the_read_only_credential_cannot_write(demo_db: tuple[str, str], bridge: Any) -> None:
-    config = DatabaseConfig(demo_db[1], pool_size=1, read_only=True)
-    async with open_database(config, loop=bridge) as ro:
-        await _assert_refused(ro, "INSERT INTO lms.clients (id, name) VALUES ('evil', 'Evil')")
-        await _assert_refused(ro, "UPDATE lms.users SET active = false")
-        await _assert_refused(ro, "DELETE FROM lms.enrollments")
-        await _assert_refused(ro, "TRUNCATE lms.invoices")
-        await _assert_refused(ro, "CREATE TABLE lms.evil (x int)")
-        await _assert_refused(ro, "CREATE TABLE public.evil (x int)")
-        await _assert_refused(ro, "CREATE TEMP TABLE evil (x int)")
-        # Even when it asks for a read-write transaction, privileges still refuse.
-        await _assert_refused(
-            ro, "BEGIN READ WRITE; INSERT INTO lms.clients (id, name) VALUES ('e', 'E'); COMMIT"
-        )
-        row = await ro.fetchone("SELECT count(*) AS n FROM lms.clients")
-        assert row is not None and row["n"] == 4
-
-
-async def _assert_refused(db: Database, statement: str) -> None:
-    with pytest.raises(DatabaseError) as info:
-        await db.execute(statement)
-    assert info.value.sqlstate in ("25006", "42501"), info.value
-    await db.execute("ROLLBACK")  # leave no aborted transaction behind
 
 
 async def test_cache_invalidation_reaches_every_worker_process(

@@ -44,8 +44,6 @@ REPOSITORY = os.environ.get("IMAGE", "localhost/dataplane")  # as scripts/build-
 LEASE_SECONDS = 3  # a SIGKILLed worker's job is claimable again after this
 READY_WITHIN = 60.0  # seconds a pod has to answer /readyz
 
-pytestmark = pytest.mark.slow
-
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
     env = {**os.environ, "CONTAINERS_CONF": str(CONF)}

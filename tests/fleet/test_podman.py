@@ -22,8 +22,6 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 IMAGE = f"localhost/dataplane:{VERSION}"
 LMS_IMAGE = f"localhost/dataplane-lms:{VERSION}"
 
-pytestmark = pytest.mark.slow
-
 
 def podman(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CONTAINERS_CONF": str(CONF)}

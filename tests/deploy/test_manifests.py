@@ -1,7 +1,7 @@
 """The manifests a team applies are valid, offline: ``kubectl kustomize`` builds the base
 and the example overlay; every object passes kubernetes-validate's strict schemas for
 each Kubernetes version we claim; the KEDA objects (which kubernetes-validate passes
-with a mere warning) pass KEDA's own CRD schema (vendored, tests/fleet/keda/), with
+with a mere warning) pass KEDA's own CRD schema (vendored, tests/deploy/keda/), with
 unknown fields refused as the API server would prune them."""
 
 from __future__ import annotations

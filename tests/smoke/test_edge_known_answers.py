@@ -26,10 +26,10 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from dataplane.bff.plane import BffServices
 from dataplane.queue import QueueClient, done_channel
 from telemetry import metrics
-from tests.acceptance.conftest import start_bff
 from tests.acceptance.test_bff_faults import plane_of
 from tests.conftest import wait_until
 from tests.helpers import bearer, complete, read_sse, token
+from tests.real_plane import start_bff
 
 STAFF = token(staff=True, sub="boss")
 TYPE = "surface-probe"

@@ -1,5 +1,6 @@
 """A real BFF (Hypercorn serving the Quart-Trio app in this process) and real
-``dataplane worker`` processes, on the test's own queue DB."""
+``dataplane worker`` processes, on the test's own queue DB: a plugin (tests/conftest.py
+lists it), so tests/acceptance/ and tests/smoke/ both see its fixtures."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Offline checks of the files under deploy/ and of compose.yaml: no container runs."""
