@@ -68,6 +68,12 @@ SURFACE = surface(
             "additionalProperties": False,
         }},
         hello,
+        result={{  # what it answers (JSON Schema): in /openapi.json, checked in dataplane dev
+            "type": "object",
+            "properties": {{"greeting": {{"type": "string"}}, "client": {{"type": "string"}}}},
+            "required": ["greeting", "client"],
+            "additionalProperties": False,
+        }},
         ttl_seconds=60,  # cached for a minute; 0 = always fresh
         timeout_seconds=5,
         description="Say hello.",
@@ -95,7 +101,9 @@ async def run(operation: str, params: dict[str, object]) -> object:
     op = SURFACE.operation(operation)
     checked = op.check(CALLER, params)  # schema and gates, as at the BFF and the worker
     ctx = OperationContext(checked, CALLER, job_id="test", dequeue_count=1, client_db=None)
-    return await op.handler(ctx)
+    answer = await op.handler(ctx)
+    assert op.result_problem(answer) is None  # the answer has the shape it declares
+    return answer
 
 
 async def test_hello_answers() -> None:

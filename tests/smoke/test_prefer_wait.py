@@ -149,6 +149,9 @@ async def test_openapi_documents_prefer_and_the_200(bff: Bff) -> None:
     post_op = spec["paths"]["/api/probe/q"]["post"]
     assert any(p["name"] == "Prefer" and p["in"] == "header" for p in post_op["parameters"])
     ok = post_op["responses"]["200"]
-    assert ok["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Answer"}
+    # probe declares every result: its answers are typed (probe.Answer, issue #40)
+    assert ok["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/probe.Answer"
+    }
     assert {"Preference-Applied", "Vary", "Content-Location"} <= set(ok["headers"])
     assert "Preference-Applied" in post_op["responses"]["202"]["headers"]

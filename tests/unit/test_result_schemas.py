@@ -7,10 +7,12 @@ from typing import Any
 
 import jsonschema
 import pytest
+from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
 from dataplane.bff.openapi import openapi_document
 from dataplane.core.errors import InvalidArgument
-from dataplane.surfaces import probe
+from dataplane.core.settings import from_env
+from dataplane.surfaces import SurfacesConfig, probe
 from dataplane.surfaces.manifest import Operation, OperationContext, surface_of
 
 PARAMS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -109,3 +111,14 @@ def test_a_typed_answer_accepts_a_real_answer_and_refuses_a_broken_one() -> None
     broken = {**good, "result": {"echo": 1}}
     assert list(check.iter_errors(broken))
     assert not list(check.iter_errors({"jobId": "j", "status": "poison", "error": {}}))
+
+
+def test_the_document_of_every_registered_surface_is_openapi_3_1() -> None:
+    """With the result schemas in it (probe's, the demo LMS's): the specification's own
+    schema accepts it; and the check can fail (a response that is not an object)."""
+    surfaces = from_env(SurfacesConfig, probe_enabled=True).registry().surfaces
+    doc = openapi_document(surfaces)
+    assert any(name.endswith(".result") for name in doc["components"]["schemas"])
+    assert not [str(e)[:200] for e in OpenAPIV31SpecValidator(doc).iter_errors()]
+    doc["paths"]["/api/probe/q"]["post"]["responses"]["200"] = "not a response"
+    assert list(OpenAPIV31SpecValidator(doc).iter_errors())
