@@ -23,6 +23,20 @@ from dataplane import (
     surface,
 )
 from dataplane_lms.invoice_pdf import render_invoice_pdf
+from dataplane_lms.results import (
+    CENTS,
+    COUNT,
+    CURRENCY,
+    ID,
+    LIMIT,
+    OFFSET,
+    TEXT,
+    TIMESTAMP,
+    enum,
+    nullable,
+    record,
+    rows_of,
+)
 from dataplane_lms.sql import q
 from dataplane_lms.users import BRANCH_SCHEMA
 
@@ -34,6 +48,60 @@ INVOICE_PARAMS: dict[str, Any] = {
     "required": ["invoiceId"],
     "additionalProperties": False,
 }
+STATUS = enum(INVOICE_STATUSES)
+
+# accounting_invoices_list's and accounting_totals_by_status's columns.
+INVOICES_RESULT = record(
+    rows=rows_of(
+        record(
+            id=ID,
+            number=TEXT,
+            branch_id=TEXT,
+            issued_at=TIMESTAMP,
+            due_at=TIMESTAMP,
+            status=STATUS,
+            currency=CURRENCY,
+            total_cents=CENTS,
+            line_count=COUNT,
+        ),
+        "the page, newest first",
+    ),
+    total=COUNT,
+    totals=rows_of(
+        record(status=STATUS, currency=CURRENCY, invoices=COUNT, total_cents=CENTS),
+        "every invoice matching the filters, per status and currency",
+    ),
+    limit=LIMIT,
+    offset=OFFSET,
+)
+# accounting_invoice_get's and accounting_invoice_lines_list's columns.
+INVOICE_RESULT = record(
+    invoice=record(
+        id=ID,
+        number=TEXT,
+        client_id=TEXT,
+        client_name=TEXT,
+        branch_id=TEXT,
+        branch_name=TEXT,
+        issued_at=TIMESTAMP,
+        due_at=TIMESTAMP,
+        status=STATUS,
+        currency=CURRENCY,
+        total_cents=CENTS,
+    ),
+    lines=rows_of(
+        record(
+            line_id=ID,
+            course_id=nullable(ID, "the course billed (null: a line for no course)"),
+            course_code=nullable(TEXT, "its code (null: a line for no course)"),
+            description=TEXT,
+            quantity={"type": "integer", "minimum": 1},
+            unit_cents=CENTS,
+            line_total_cents=CENTS,
+        ),
+        "in order",
+    ),
+)
 
 
 async def list_invoices(ctx: OperationContext) -> Any:
@@ -93,6 +161,7 @@ SURFACE = surface(
         ttl_seconds=60,
         gates=(STAFF_ONLY, branch_in_scope("branch")),
         description="A page of invoices in scope with totals per status and currency.",
+        result=INVOICES_RESULT,
     ),
     Operation(
         "invoice",
@@ -102,6 +171,7 @@ SURFACE = surface(
         ttl_seconds=0,
         gates=(STAFF_ONLY,),
         description="One invoice with its lines.",
+        result=INVOICE_RESULT,
     ),
     Operation(
         "invoicePdf",

@@ -14,10 +14,88 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.results import (
+    AVG_SCORE,
+    COUNT,
+    FLAG,
+    ID,
+    PERCENT,
+    SCORE,
+    TEXT,
+    TIMESTAMP,
+    enum,
+    nullable,
+    record,
+    rows_of,
+)
 from dataplane_lms.sql import q
-from dataplane_lms.users import BRANCH_SCHEMA, USER_ID_SCHEMA
+from dataplane_lms.users import BRANCH_SCHEMA, ROLE, USER_ID_SCHEMA
 
 ENROLLMENT_STATUSES = ("enrolled", "in_progress", "completed", "failed")
+
+# learnerviews_branch_summary's columns: one branch, its enrollments by status.
+BRANCH_SUMMARY_RESULT = record(
+    rows=rows_of(
+        record(
+            branch_id=TEXT,
+            branch_name=TEXT,
+            region=TEXT,
+            enrollments=COUNT,
+            learners=COUNT,
+            completed=COUNT,
+            in_progress=COUNT,
+            not_started=COUNT,
+            failed=COUNT,
+            completion_pct=PERCENT,
+            avg_completed_score=AVG_SCORE,
+        ),
+        "one per branch in scope with enrollments, by branch id",
+    )
+)
+# learnerviews_course_summary's columns: one course.
+COURSE_SUMMARY_RESULT = record(
+    rows=rows_of(
+        record(
+            course_id=ID,
+            code=TEXT,
+            title=TEXT,
+            category=TEXT,
+            enrollments=COUNT,
+            completed=COUNT,
+            completion_pct=PERCENT,
+            avg_completed_score=AVG_SCORE,
+        ),
+        "one per course with enrollments in scope, least completed first",
+    )
+)
+# learnerviews_learner_get's and learnerviews_enrollments_list's columns.
+LEARNER_RESULT = record(
+    learner=record(
+        id=ID,
+        full_name=TEXT,
+        email=TEXT,
+        role=ROLE,
+        active=FLAG,
+        branch_id=TEXT,
+        branch_name=TEXT,
+    ),
+    enrollments=rows_of(
+        record(
+            enrollment_id=ID,
+            course_id=ID,
+            code=TEXT,
+            title=TEXT,
+            category=TEXT,
+            duration_minutes={"type": "integer", "minimum": 1},
+            status=enum(ENROLLMENT_STATUSES),
+            progress_pct={"type": "integer", "minimum": 0, "maximum": 100},
+            score=nullable(SCORE, "0-100 (null: not finished, enrolled or in_progress)"),
+            enrolled_at=TIMESTAMP,
+            completed_at=nullable(TIMESTAMP, "when it finished (null: not finished)"),
+        ),
+        "newest first",
+    ),
+)
 
 
 def _since(value: str | None) -> datetime | None:
@@ -84,6 +162,7 @@ SURFACE = surface(
         ttl_seconds=120,
         gates=(branch_in_scope("branch"),),
         description="Course completion summary per branch in scope.",
+        result=BRANCH_SUMMARY_RESULT,
     ),
     Operation(
         "courseSummary",
@@ -101,6 +180,7 @@ SURFACE = surface(
         ttl_seconds=120,
         gates=(branch_in_scope("branch"),),
         description="Completion per course in scope, least completed first.",
+        result=COURSE_SUMMARY_RESULT,
     ),
     Operation(
         "learner",
@@ -118,6 +198,7 @@ SURFACE = surface(
         ttl_seconds=0,
         user_param="userId",
         description="One learner's enrollments and progress (PII, never cached).",
+        result=LEARNER_RESULT,
     ),
     id="learnerviews",
     description="Learning progress: per-branch and per-course summaries, learner drill-down.",

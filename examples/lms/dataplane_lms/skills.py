@@ -11,8 +11,43 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.results import COUNT, ID, PERCENT, TEXT, TIMESTAMP, record, rows_of
 from dataplane_lms.sql import q
-from dataplane_lms.users import BRANCH_SCHEMA, USER_ID_SCHEMA
+from dataplane_lms.users import BRANCH_SCHEMA, ROLE, USER_ID_SCHEMA
+
+LEVEL = {"type": "integer", "minimum": 1, "maximum": 5}
+# skills_coverage_list's columns: one skill in one branch.
+COVERAGE_RESULT = record(
+    rows=rows_of(
+        record(
+            branch_id=TEXT,
+            skill_id=ID,
+            skill=TEXT,
+            category=TEXT,
+            users_with_skill={**COUNT, "description": "active users of the branch holding it"},
+            branch_users={**COUNT, "description": "active users of the branch"},
+            coverage_pct=PERCENT,
+            avg_level={"type": "number", "minimum": 1, "maximum": 5},
+            proficient_users={**COUNT, "description": "of them, at level 4 or 5"},
+        ),
+        "one per branch and skill held, by branch, category and skill",
+    )
+)
+# skills_profile_user_get's and skills_profile_list's columns.
+PROFILE_RESULT = record(
+    user=record(id=ID, full_name=TEXT, role=ROLE, branch_id=TEXT),
+    skills=rows_of(
+        record(
+            skill_id=ID,
+            skill=TEXT,
+            category=TEXT,
+            level=LEVEL,
+            assessed_at=TIMESTAMP,
+            completed_courses_with_skill=COUNT,
+        ),
+        "every skill assessed, by category and name",
+    ),
+)
 
 
 async def coverage(ctx: OperationContext) -> Any:
@@ -51,6 +86,7 @@ SURFACE = surface(
         ttl_seconds=300,
         gates=(branch_in_scope("branch"),),
         description="Skill coverage per branch in scope (share of active users, level).",
+        result=COVERAGE_RESULT,
     ),
     Operation(
         "profile",
@@ -65,6 +101,7 @@ SURFACE = surface(
         ttl_seconds=0,
         user_param="userId",
         description="One user's skill profile (PII, never cached).",
+        result=PROFILE_RESULT,
     ),
     id="skills",
     description="Skills: coverage per branch and per-user profiles.",

@@ -11,11 +11,63 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import HttpError, Operation, OperationContext, branch_in_scope, surface
+from dataplane_lms.results import (
+    AVG_SCORE,
+    COUNT,
+    FLAG,
+    ID,
+    LIMIT,
+    OFFSET,
+    TEXT,
+    TIMESTAMP,
+    enum,
+    nullable,
+    record,
+    rows_of,
+)
 from dataplane_lms.sql import q
 
 ROLES = ("learner", "manager", "admin")
 BRANCH_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9-]+$"}
 USER_ID_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+ROLE = enum(ROLES)
+
+# users_list's columns: one user of the page.
+USER_ROW = record(
+    id=ID,
+    full_name=TEXT,
+    email=TEXT,
+    role=ROLE,
+    active=FLAG,
+    branch_id=TEXT,
+    created_at=TIMESTAMP,
+)
+LIST_RESULT = record(
+    rows=rows_of(USER_ROW, "the page, by full name"),
+    total=COUNT,
+    limit=LIMIT,
+    offset=OFFSET,
+)
+# users_get's columns: the user, its branch and its enrollments by status.
+DETAIL_RESULT = record(
+    id=ID,
+    full_name=TEXT,
+    email=TEXT,
+    role=ROLE,
+    active=FLAG,
+    created_at=TIMESTAMP,
+    client_id=TEXT,
+    branch_id=TEXT,
+    branch_name=TEXT,
+    region=TEXT,
+    enrollments=COUNT,
+    completed=COUNT,
+    in_progress=COUNT,
+    not_started=COUNT,
+    failed=COUNT,
+    avg_completed_score=AVG_SCORE,
+    last_enrolled_at=nullable(TIMESTAMP, "the latest enrollment (null: never enrolled)"),
+)
 
 
 def like_fragment(text: str) -> str:
@@ -69,6 +121,7 @@ SURFACE = surface(
         ttl_seconds=60,
         gates=(branch_in_scope("branch"),),
         description="A page of users in scope (search by name/email, role, branch) and the total.",
+        result=LIST_RESULT,
     ),
     Operation(
         "detail",
@@ -83,6 +136,7 @@ SURFACE = surface(
         ttl_seconds=0,
         user_param="userId",
         description="One user in scope with branch and enrollment statistics (PII, never cached).",
+        result=DETAIL_RESULT,
     ),
     id="users",
     description="The client's user directory: list and detail.",
