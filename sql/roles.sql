@@ -53,7 +53,7 @@ BEGIN
     -- cannot enqueue), no requester counts, nothing of worker_runs.
     GRANT SELECT, DELETE ON maestro_queues TO dataplane_worker;
     GRANT UPDATE (status, result, last_error, locked_by, lease_expires_at, available_at,
-                  dequeue_count, claimed_at, completed_at) ON maestro_queues
+                  dequeue_count, claimed_at, completed_at, progress) ON maestro_queues
         TO dataplane_worker;
     GRANT SELECT, INSERT, DELETE ON surface_result_blobs TO dataplane_worker;
     GRANT SELECT, INSERT, UPDATE ON dataplane_elections TO dataplane_worker;

@@ -149,7 +149,13 @@ async def _serve_plane(
             "bff",
             {s.queue_type(config.queue_suffix).name: list(s.operations) for s in surfaces.values()},
         )
-        pump = ReplyPump(queue, channels, sweep_seconds=config.sweep_seconds)
+        types = [s.queue_type(config.queue_suffix) for s in surfaces.values()]
+        pump = ReplyPump(
+            queue,
+            channels,
+            sweep_seconds=config.sweep_seconds,
+            progress_channels=[t.progress_channel for t in types],
+        )
         load = LiveLoad(queue, config.queue)
         enqueuer = Enqueuer(queue)
         state.services = BffServices(

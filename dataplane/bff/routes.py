@@ -34,8 +34,8 @@ from dataplane.bff.jobs import (
 )
 from dataplane.bff.plane import BffServices, BffState
 from dataplane.bff.reply import prefer
-from dataplane.bff.reply.pump import Waiter
 from dataplane.bff.reply.sse import EVENT_FINAL, EVENT_QUEUED, job_events
+from dataplane.bff.reply.waiter import Waiter
 from dataplane.core.errors import (
     DatabaseError,
     DatabaseUnavailable,

@@ -169,6 +169,7 @@ class JobRow:
     created_at: datetime
     claimed_at: datetime | None
     completed_at: datetime | None
+    progress: Any = None  # a running job's last progress (dataplane.queue.progress)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:

@@ -25,6 +25,10 @@ Format of the sealed part (after ``'<job id> '``)::
 * the associated data binds the sealed note to the job id in front of it: a sealed
   answer moved to another job does not open.
 
+Progress notes (``<type>_progress``, :mod:`dataplane.queue.progress`) are sealed the
+same way with the associated data ``"progress|<job id>"``: a done answer does not open
+as a progress note, nor a progress note as an answer.
+
 Invalidations (``dataplane_invalidate``, one tag a notify) are sealed the same way,
 with the associated data ``"invalidate"`` (no job id is that) and the note
 ``{"tag": ..., "at": <unix seconds>}``: a worker drops cache entries only for a tag
@@ -88,8 +92,8 @@ def _message_key(key: bytes, salt: bytes) -> AESGCM:
     return AESGCM(hmac.new(key, b"dataplane-notify-key|" + salt, hashlib.sha256).digest())
 
 
-def _aad(job_id: str) -> bytes:
-    return b"done|" + job_id.encode()
+def _aad(job_id: str, kind: str = "done") -> bytes:
+    return f"{kind}|{job_id}".encode()
 
 
 class NotifySeal:
@@ -112,15 +116,16 @@ class NotifySeal:
         secrets = parse_secrets(value)
         return cls(secrets) if secrets else None
 
-    def seal(self, job_id: str, note: str) -> str:
-        """The sealed text of ``note`` (the answer's JSON) for job ``job_id``."""
+    def seal(self, job_id: str, note: str, *, kind: str = "done") -> str:
+        """The sealed text of ``note`` (the answer's JSON) for job ``job_id``; ``kind``
+        ``"progress"`` for a progress note (one never opens as the other)."""
         nonce = next(self._counter).to_bytes(NONCE_BYTES, "big")
-        sealed = self._sealer.encrypt(nonce, note.encode(), _aad(job_id))
+        sealed = self._sealer.encrypt(nonce, note.encode(), _aad(job_id, kind))
         header = self._kid + self._salt + nonce
         return base64.urlsafe_b64encode(header + sealed).rstrip(b"=").decode("ascii")
 
-    def open(self, job_id: str, text: str) -> str | None:
-        """The note sealed in ``text`` for ``job_id``; None unless it opens."""
+    def open(self, job_id: str, text: str, *, kind: str = "done") -> str | None:
+        """The note sealed in ``text`` for ``job_id`` (as ``kind``); None unless it opens."""
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (binascii.Error, ValueError):
@@ -133,7 +138,7 @@ class NotifySeal:
         header, sealed = raw[:HEADER_BYTES], raw[HEADER_BYTES:]
         cipher = self._message_cipher(key, header[: KID_BYTES + SALT_BYTES])
         try:
-            plain = cipher.decrypt(header[KID_BYTES + SALT_BYTES :], sealed, _aad(job_id))
+            plain = cipher.decrypt(header[KID_BYTES + SALT_BYTES :], sealed, _aad(job_id, kind))
             return plain.decode()
         except (InvalidTag, UnicodeDecodeError):
             return None

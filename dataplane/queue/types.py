@@ -1,9 +1,10 @@
 """The queue type: which surface a row is for, on which tier, and its channel names.
 
 A queue type is ``surface-<id>`` (live) or ``surface-<id>-dev`` (dev tier). Each
-has two notification channels: the *done* channel the BFF's reply pump listens
+has three notification channels: the *done* channel the BFF's reply pump listens
 on (``surface_<id>_done``, ``surface_<id>_dev_done``) and the *wake* channel an
-enqueue notifies so an idle worker claims at once (``<type>_enqueued``). The SQL
+enqueue notifies so an idle worker claims at once (``<type>_enqueued``), and the
+*progress* channel a running job's progress is heard on (``surface_<id>_progress``). The SQL
 side computes the same names with one function each, ``maestro_done_channel``
 and ``maestro_wake_channel`` (migrations 0001 and 0004); a test holds them equal.
 
@@ -119,6 +120,12 @@ class QueueType:
         """The channel an enqueue notifies so an idle claimer wakes at once."""
         return f"{self.name}_enqueued"
 
+    @property
+    def progress_channel(self) -> str:
+        """``surface-x`` -> ``surface_x_progress``: a running job's progress notifies
+        (as long as the wake channel's name, so it fits too)."""
+        return self.name.replace("-", "_") + "_progress"
+
     def __str__(self) -> str:
         return self.name
 
@@ -164,6 +171,10 @@ def done_channel(queue_type: str | QueueType) -> str:
 
 def wake_channel(queue_type: str | QueueType) -> str:
     return QueueType.parse(queue_type).wake_channel
+
+
+def progress_channel(queue_type: str | QueueType) -> str:
+    return QueueType.parse(queue_type).progress_channel
 
 
 def check_status(status: str) -> str:

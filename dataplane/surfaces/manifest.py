@@ -51,10 +51,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
+import trio
 
 from dataplane.core.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
 from dataplane.queue.envelope import Auth
+from dataplane.queue.progress import progress_report
 from dataplane.queue.types import check_surface_id, client_tag
 from dataplane.surfaces.gates import STAFF_ONLY, Gate, branch_in_scope, client_match, gate_named
 
@@ -185,6 +187,28 @@ class OperationContext:
     job_id: str
     dequeue_count: int
     client_db: Database | None
+    progress_sink: Callable[..., None] | None = None  # the worker's, for this attempt
+
+    async def progress(
+        self,
+        fraction: float | None = None,
+        *,
+        done: int | None = None,
+        total: int | None = None,
+        message: str | None = None,
+        partial: Any = None,
+    ) -> None:
+        """Tell whoever waits how far the job is: ``fraction`` in [0, 1] or ``done`` of
+        ``total``, a short ``message``, a small JSON ``partial`` result (at most 4 KiB).
+        Waiting streams get an ``event: progress``; at most five a second reach them
+        (the latest wins); it costs the handler no I/O. A bad report is a
+        :class:`ValueError` (here too, with no worker behind the context)."""
+        report = {"done": done, "total": total, "message": message, "partial": partial}
+        if self.progress_sink is None:
+            progress_report(fraction, **report)
+        else:
+            self.progress_sink(fraction=fraction, **report)
+        await trio.lowlevel.checkpoint()
 
     def require_client_db(self) -> Database:
         if self.client_db is None:

@@ -5,6 +5,8 @@
 * ``fail {times}``: an unexpected error on the first ``times`` claims of the job.
 * ``reject {status}``: an expected ``HttpError`` (400/403/404).
 * ``large {bytes}``: a result of that many bytes, so it goes out as a blob.
+* ``progress {steps, ms}``: reports ``steps`` progress events ``ms`` apart (done/total,
+  a message and a partial ``{"step": i}``), then answers.
 * ``cached {value}``: answers like ``echo``, cached 60 s per caller (tags ``c:`` and
   ``u:<caller>``): the cache and its invalidation, end to end.
 
@@ -22,6 +24,7 @@ from dataplane.surfaces.manifest import Operation, OperationContext, surface_of
 
 MAX_SLEEP_MS = 600_000
 MAX_LARGE_BYTES = 16 * 1024 * 1024
+MAX_PROGRESS_STEPS = 1000
 
 
 class ProbeFailure(RuntimeError):
@@ -49,6 +52,16 @@ async def reject(ctx: OperationContext) -> Any:
 
 async def cached(ctx: OperationContext) -> Any:
     return {"cached": ctx.params.get("value"), "user": ctx.auth.user_id}
+
+
+async def progress(ctx: OperationContext) -> Any:
+    steps, ms = ctx.params["steps"], ctx.params["ms"]
+    for step in range(1, steps + 1):
+        await ctx.progress(
+            done=step, total=steps, message=f"step {step} of {steps}", partial={"step": step}
+        )
+        await trio.sleep(ms / 1000)
+    return {"steps": steps}
 
 
 async def large(ctx: OperationContext) -> Any:
@@ -151,6 +164,28 @@ SURFACE = surface_of(
         },
     ),
     Operation(
+        "progress",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "steps": {"type": "integer", "minimum": 1, "maximum": MAX_PROGRESS_STEPS},
+                "ms": {"type": "integer", "minimum": 0, "maximum": 60_000},
+                "nonce": {"type": "string", "maxLength": 100},
+            },
+            "required": ["steps", "ms"],
+            "additionalProperties": False,
+        },
+        progress,
+        description="Report `steps` progress events `ms` apart, then answer.",
+        result={
+            "type": "object",
+            "properties": {"steps": {"type": "integer", "minimum": 1}},
+            "required": ["steps"],
+            "additionalProperties": False,
+        },
+    ),
+    Operation(
         "cached",
         1,
         {
@@ -173,6 +208,6 @@ SURFACE = surface_of(
         },
     ),
     id="probe",
-    description="Synthetic checks: echo, sleep, fail, reject, large, cached.",
+    description="Synthetic checks: echo, sleep, fail, reject, large, progress, cached.",
     needs_client_db=False,
 )

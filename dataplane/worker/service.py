@@ -16,6 +16,8 @@ of this package:
 * the :class:`~dataplane.worker.pipeline.deadlines.HandlerDeadlines`, cancelling an execution
   past its operation's timeout;
 * the :class:`~dataplane.worker.claims.completer.Completer`, committing in batches;
+* the :class:`~dataplane.worker.progress.ProgressWriter`, writing running jobs' latest
+  progress (at most five times a second each) and notifying it;
 * the :class:`~dataplane.maintenance.leader.Leader` of the fleet's maintenance, which
   where it leads (one worker of the fleet) runs the
   :class:`~dataplane.maintenance.schedule.Maintenance` schedule (retention and lapsed
@@ -55,6 +57,7 @@ from dataplane.worker.config import WorkerConfig
 from dataplane.worker.invalidations import Invalidations
 from dataplane.worker.pipeline.cache import INVALIDATE_CHANNEL, TtlCache
 from dataplane.worker.pipeline.executor import JobExecutor
+from dataplane.worker.progress import ProgressWriter
 from dataplane.worker.report import Reporter
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,7 @@ class Worker:
         self.reporter = reporter
         self.held = HeldJobs(on_hand_off=self._slot_freed, on_change=self._held_changed)
         self.completer = Completer(queue)
+        self.progress = ProgressWriter(queue)
         self.executor = JobExecutor(
             config,
             surface,
@@ -107,6 +111,7 @@ class Worker:
             cache=cache if cache is not None else TtlCache(),
             reporter=reporter,
             on_finished=self._slot_freed,
+            progress=self.progress,
         )
         self.claimer = Claimer(
             config, queue, self.held, self.executor.run, hears_enqueues=self._hears_enqueues
@@ -171,6 +176,7 @@ class Worker:
                 await services.start(self.oncall.run)
                 services.start_soon(self.leases.run)
                 services.start_soon(self.executor.deadlines.run)
+                services.start_soon(self.progress.run)
                 services.start_soon(self.leader.run)
                 reporter_run = getattr(self.reporter, "run", None)
                 if reporter_run is not None:

@@ -150,6 +150,38 @@ FROM done
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.note)) AS n
 WHERE (SELECT count(*) FROM blobs) >= 0;
 
+-- name: job_progress
+-- The latest progress of held rows (fenced, as job_complete: a row whose claim was
+-- lost, or that finished meanwhile, is left untouched and notifies nothing), and its
+-- notify on the type's progress channel: the job id, followed by the sealed note when
+-- the worker holds a notify secret. Committed without waiting for its WAL flush: a
+-- progress lost in a server crash is superseded by the next one, or the answer.
+WITH async_commit AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+), v AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(dequeue_counts)s::int[], %(progress)s::text[],
+                %(notes)s::text[])
+         AS v(id, dequeue_count, progress, note)
+), p AS (
+    UPDATE maestro_queues q
+    SET progress = v.progress::jsonb
+    FROM v
+    WHERE q.id = v.id
+      AND q.locked_by = %(worker_id)s
+      AND q.dequeue_count = v.dequeue_count
+      AND q.status = 'in_progress'
+      AND (SELECT setting FROM async_commit) IS NOT NULL
+    RETURNING q.id, coalesce(q.id::text || ' ' || v.note, q.id::text) AS note
+)
+SELECT p.id FROM p CROSS JOIN LATERAL (SELECT pg_notify(%(channel)s, p.note)) AS n;
+
+-- name: job_progress_many
+-- The last progress of running jobs (the reply pump, for a progress notify that
+-- carried no sealed note: the ids are of jobs its streams may already read).
+SELECT id, progress FROM maestro_queues
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'in_progress' AND progress IS NOT NULL;
+
 -- name: job_fail
 -- An unexpected error (fenced): back to pending after the backoff, or to poison
 -- at the cutoff, in which case the done channel hears of it at once.
@@ -198,7 +230,7 @@ CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 -- One job as the BFF and operators see it.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at
+       created_at, claimed_at, completed_at, progress
 FROM maestro_queues
 WHERE id = %(id)s;
 
@@ -206,7 +238,7 @@ WHERE id = %(id)s;
 -- The finished ones among several jobs (the reply pump: live rows are not read at all).
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at
+       created_at, claimed_at, completed_at, progress
 FROM maestro_queues
 WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison', 'cancelled');
 
@@ -214,7 +246,7 @@ WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison', 'cancelled');
 -- Operators' view: the newest jobs, optionally of one status and one type.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at
+       created_at, claimed_at, completed_at, progress
 FROM maestro_queues
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -292,7 +324,7 @@ SELECT still.id, still.status, still.requesters FROM still;
 -- is never read.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at
+       created_at, claimed_at, completed_at, progress
 FROM maestro_queues
 WHERE id = %(id)s
   AND type = %(type)s

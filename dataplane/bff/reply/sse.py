@@ -1,9 +1,14 @@
-"""Server-Sent Events for one job: ``queued``, then ``done`` or ``error``.
+"""Server-Sent Events for one job: ``queued``, any ``progress``, then ``done`` or ``error``.
 
 Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
-``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON``/``CANCELLED`` 3. A ``: keep-alive`` comment
-goes out every 15 s. Past the stream deadline the stream ends with ``TIMEOUT``;
-the job keeps running and its answer stays on the row.
+``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON``/``CANCELLED`` 3. A ``progress``
+event carries no id, so it leaves ``Last-Event-ID`` as it was: progress is a state, not
+a delta, and every connection and reconnection of a running job's stream gets its
+latest progress first (the row's, or a newer one the reply pump heard), then each
+newer one (``attempt`` and ``seq`` in its data order them: a client may drop one it
+has). A ``: keep-alive`` comment goes out every 15 s without other traffic. Past the
+stream deadline the stream ends with ``TIMEOUT``; the job keeps running and its answer
+stays on the row.
 
 How a stream ends is its outcome (``done``, ``poison``, ``cancelled``, ``TIMEOUT``;
 ``abandoned`` when the reply pump ended under it — the plane restarts or the BFF stops —
@@ -26,9 +31,10 @@ from opentelemetry import trace
 from dataplane.bff.auth.tokens import StreamGrant
 from dataplane.bff.jobs import answer, record_end_to_end, traceparent_of
 from dataplane.bff.plane import BffServices
-from dataplane.bff.reply.pump import Waiter
+from dataplane.bff.reply.waiter import NO_PROGRESS, Waiter
 from dataplane.http import Exchange, cork_next_write
 from dataplane.queue import JobRow
+from dataplane.queue.progress import Progress
 from telemetry.metrics import QUEUE_TYPE, instruments
 from telemetry.tracing import context_from, messaging, tracer
 
@@ -69,11 +75,15 @@ async def job_events(
         if last_id < EVENT_QUEUED:
             queued = {"jobId": str(row.id), "status": row.status}
             yield event("queued", EVENT_QUEUED, queued, retry=True)
+        kept = Progress.from_value(row.progress)
+        if kept is not None:
+            waiter.deliver_progress(kept)  # unless the pump has already heard a newer one
+        seen = NO_PROGRESS
         deadline = trio.current_time() + services.config.sse_deadline_seconds
         while True:
-            finished: JobRow | None = None
             with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_SECONDS)):
-                finished = await waiter.wait()
+                await waiter.changed(seen)
+            finished = waiter.row
             if finished is not None:
                 _ended(exchange, finished)
                 yield _last(_final(services, finished, grant, parent, retry=False))
@@ -87,10 +97,20 @@ async def job_events(
                 _ended(exchange, row, "TIMEOUT", services.config.sse_deadline_seconds)
                 yield _last(_timeout(row))
                 return
+            if waiter.progress is not None and waiter.seen() > seen:
+                seen = waiter.seen()
+                yield progress_event(str(row.id), waiter.progress)
+                continue
             yield b": keep-alive\n\n"
     finally:
         if waiter is not None:
             services.pump.discard(waiter)
+
+
+def progress_event(job_id: str, progress: Progress) -> bytes:
+    """A ``progress`` event: no id (``Last-Event-ID`` stays the stream's last)."""
+    payload = json.dumps(progress.event(job_id), separators=(",", ":"), ensure_ascii=False)
+    return f"event: progress\ndata: {payload}\n\n".encode()
 
 
 def _last(event: bytes) -> bytes:

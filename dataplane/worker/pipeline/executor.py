@@ -46,6 +46,7 @@ from dataplane.worker.pipeline.deadlines import HandlerDeadlines
 from dataplane.worker.pipeline.handler import HandlerTimeout, call_handler, timeout_message
 from dataplane.worker.pipeline.observe import Attempt, JobResult
 from dataplane.worker.pipeline.results import shape
+from dataplane.worker.progress import ProgressWriter
 from dataplane.worker.report import Reporter
 from telemetry.report import CacheStatus, Outcome
 from telemetry.tracing import context_of
@@ -81,6 +82,7 @@ class JobExecutor:
         reporter: Reporter | None,
         on_finished: Callable[[], None],
         on_retry: Callable[[float], None] | None = None,
+        progress: ProgressWriter | None = None,
     ) -> None:
         self.config = config
         self.surface = surface
@@ -92,6 +94,7 @@ class JobExecutor:
         self.reporter = reporter
         self.on_finished = on_finished
         self.on_retry = on_retry  # a failed job is claimable again in so many seconds
+        self.progress = progress  # where handlers' progress goes (None: nowhere)
         self.tier = config.parsed_type.suffix  # its own: the envelope's is not trusted
         self.single_flight: SingleFlight[Any] = SingleFlight()
         self.deadlines = HandlerDeadlines(held)  # the worker runs it (deadlines.run)
@@ -112,6 +115,8 @@ class JobExecutor:
                 )
                 self.counters.lost += 1
         finally:
+            if self.progress is not None:
+                self.progress.forget(job.id)
             if not (running.finished or running.lost):
                 await self._release(job)
             attempt.record(result)
@@ -231,6 +236,7 @@ class JobExecutor:
             job_id=str(job.id),
             dequeue_count=job.dequeue_count,
             client_db=self.client_db,
+            progress_sink=self.progress.sink(job) if self.progress is not None else None,
         )
         timeout = op.timeout_seconds
         if self.config.max_handler_seconds is not None:
