@@ -15,10 +15,19 @@ from dataplane.surfaces.manifest import Gate, Surface
 ERROR = {"$ref": "#/components/schemas/Error"}
 SSE_EVENT = {
     "type": "object",
-    "description": "One event: queued, then done, or error with code TIMEOUT, POISON or CANCELLED",
+    "description": (
+        "One event: queued, any progress (no id: the kept one first on every connection), "
+        "then done, or error with code TIMEOUT, POISON or CANCELLED"
+    ),
     "properties": {
-        "event": {"enum": ["queued", "done", "error"]},
-        "data": {"type": "string", "description": "JSON: the job's status or answer"},
+        "event": {"enum": ["queued", "progress", "done", "error"]},
+        "data": {
+            "type": "string",
+            "description": (
+                "JSON: the job's status, its progress {jobId, attempt, seq, fraction?, "
+                "done?, total?, message?, partial?}, or its answer"
+            ),
+        },
         "id": {"type": "string"},
         "retry": {"type": "integer"},
     },
@@ -259,7 +268,7 @@ def _stream_path(sid: str) -> dict[str, Any]:
     path: dict[str, Any] = {
         "get": {
             "operationId": f"{sid}_stream",
-            "summary": "Server-Sent Events: queued, then done or error (TIMEOUT, POISON)",
+            "summary": "Server-Sent Events: queued, progress, then done or error",
             "security": SECURITY,
             "parameters": [
                 *JOB_PARAMS,

@@ -3,7 +3,8 @@
     POST /api/<surface>/q                  enqueue -> 202 {jobId, streamUrl, pollUrl, coalesced}
                                            (Prefer: wait=N -> 200 with the answer if in time)
     GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
-    GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live
+    GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live (with
+                                           its last progress, if any)
     GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
 
 The routes around the plane (health, readiness, metrics, the demo page, the OpenAPI
@@ -54,6 +55,7 @@ from dataplane.http import (
 from dataplane.queue import EnqueueResult, JobRow
 from dataplane.queue.blobs import blob_chunks
 from dataplane.queue.envelope import Envelope
+from dataplane.queue.progress import Progress
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
 from telemetry.tracing import (
@@ -206,7 +208,11 @@ async def poll(surface_id: str, job_id: str) -> Response:
     row = known_answer(services, surface, target) or await read_job(services, surface, target)
     link_job(row)
     if not row.finished:
-        resp = json_response({"jobId": str(row.id), "status": row.status}, 202)
+        body: dict[str, Any] = {"jobId": str(row.id), "status": row.status}
+        progress = Progress.from_value(row.progress)
+        if progress is not None:  # the job's last progress, as its stream sent it
+            body["progress"] = progress.event(str(row.id))
+        resp = json_response(body, 202)
         resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return resp
     return json_response(answer(services, row, target.grant))

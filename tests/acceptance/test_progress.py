@@ -5,7 +5,8 @@
 * A handler that reports faster than five a second reaches its stream at most five
   times a second, in order, the latest winning.
 * A stream that connects late, or reconnects with ``Last-Event-ID``, gets the kept
-  progress first; ``Prefer: wait`` answers with the result alone.
+  progress first, and a poll's 202 carries it; ``Prefer: wait`` answers with the
+  result alone.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ async def test_a_late_or_reconnecting_stream_gets_the_kept_progress_first(
     body = (await post(http, "probe", "progress", {"steps": 2, "ms": 2500}, USER)).json()
 
     await wait_until(lambda: _has_progress(queue, body["jobId"]), within=20)
+    polled = await http.get(body["pollUrl"])
+    assert polled.status_code == 202 and polled.json()["progress"]["seq"] >= 1, polled.text
+    assert polled.json()["progress"]["total"] == 2
     late = await _stream(http, body["streamUrl"])
     assert [e.name for e in late][:2] == ["queued", "progress"]
     assert late[1].json["seq"] >= 1

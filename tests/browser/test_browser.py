@@ -291,6 +291,31 @@ def test_a_slow_answer_comes_over_the_stream(page: Page, stack: Stack) -> None:
     assert _kinds(log, job_id) == ["stream"], log
 
 
+def test_a_job_that_reports_progress_fills_its_bar(page: Page, stack: Stack) -> None:
+    expect = _expect()
+    _open(page, stack.page_url())
+    answer = page.evaluate("() => dataplaneDemo.query('probe', 'progress', {steps: 4, ms: 400})")
+    assert answer["ok"] and answer["result"] == {"steps": 4}, answer
+    # The POST waited 1 s (Prefer: wait) before its 202: the stream then gets the kept
+    # progress first, then each newer one, then the answer.
+    names = [name for name, _ in answer["events"]]
+    assert names[0] == "queued" and names[-1] == "done" and "progress" in names, names
+    done = [data["done"] for name, data in answer["events"] if name == "progress"]
+    assert done == sorted(set(done)) and done[0] >= 1, answer["events"]
+
+    # Through the page's button: the slot's bar fills step by step, then the job is done.
+    page.get_by_test_id("progress-steps").fill("5")
+    page.get_by_test_id("progress-ms").fill("500")
+    page.get_by_test_id("progress-start").click()
+    bar = page.get_by_test_id("progress-progress")
+    expect(bar).to_be_visible()
+    expect(page.get_by_test_id("progress-message-progress")).to_have_text("step 2 of 5")
+    assert 0.2 < float(bar.evaluate("b => b.value")) < 1.0
+    expect(page.get_by_test_id("slot-progress")).to_have_attribute("data-state", "done")
+    expect(page.get_by_test_id("status-progress")).to_contain_text("progress ×5")
+    assert float(bar.evaluate("b => b.value")) == 1.0
+
+
 def test_a_parked_job_is_a_typed_poison_error(page: Page, stack: Stack) -> None:
     _open(page, stack.page_url())
     answer = page.evaluate(

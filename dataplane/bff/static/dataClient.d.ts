@@ -49,8 +49,25 @@ export interface Answer<T = unknown> {
   coalesced?: boolean;
 }
 
+/** A running job's progress, as its handler reported it (`ctx.progress`). */
+export interface Progress {
+  jobId: string;
+  /** The attempt (a retried job starts again) and the report's number within it. */
+  attempt: number;
+  seq: number;
+  /** In [0, 1]; `done / total` when the handler gave those. */
+  fraction?: number;
+  done?: number;
+  total?: number;
+  message?: string;
+  /** A small partial result (at most 4 KiB of JSON). */
+  partial?: unknown;
+}
+
 export interface QueryEvents {
   queued: { jobId: string; status: string };
+  /** The job's progress: the latest first on a (re)connect, then each newer one. */
+  progress: Progress;
   /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
   error: { jobId: string; code: string; message: string; status?: number };
   /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */

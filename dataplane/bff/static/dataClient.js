@@ -81,12 +81,14 @@ export class DataPlaneError extends Error {
  * @property {number} [preferWaitSeconds] how long the POST may wait for the answer
  *   (`Prefer: wait`, whole seconds); 0 never waits: always 202 and the stream. Default 1
  *
- * @typedef {"queued" | "done" | "error" | "poll"} QueryEventName
+ * @typedef {"queued" | "progress" | "done" | "error" | "poll"} QueryEventName
  *
  * @typedef {object} QueryOptions
  * @property {AbortSignal} [signal] aborts the query: closes the stream, stops polling
  * @property {(name: QueryEventName, data: any) => void} [onEvent] progress: `queued`
- *   `{jobId, status}`; `error` (a stream error event's data, e.g. `code: "TIMEOUT"`);
+ *   `{jobId, status}`; `progress` `{jobId, attempt, seq, fraction?, done?, total?,
+ *   message?, partial?}` as the handler reports it (the latest first on a reconnect;
+ *   `attempt` then `seq` order them); `error` (a stream error event's data, e.g. `code: "TIMEOUT"`);
  *   `poll` `{jobId, httpStatus, status}` per poll; `done` the final answer `{jobId,
  *   status, result | error | blobRef, cache, coalesced}` (also when it came by polling)
  *
@@ -230,6 +232,10 @@ function viaStream(ES, job, signal, emit) {
     source.addEventListener("queued", (e) => {
       events += 1;
       emit("queued", parse(/** @type {MessageEvent} */ (e).data));
+    });
+    source.addEventListener("progress", (e) => {
+      events += 1;
+      emit("progress", parse(/** @type {MessageEvent} */ (e).data));
     });
     source.addEventListener("done", (e) => {
       const answer = parse(/** @type {MessageEvent} */ (e).data);

@@ -80,9 +80,13 @@ function makeSlot(container, key, label, onRun) {
     cache,
     coalesced,
   );
+  // The job's progress, when its handler reports some (ctx.progress): hidden until then.
+  const bar = el("progress", { max: "1", value: "0", "data-testid": ids("progress") });
+  const said = el("span", { class: "progress-message", "data-testid": ids("progress-message") });
+  const meter = el("div", { class: "progress", hidden: "" }, bar, said);
   const error = el("div", { class: "error", "data-testid": ids("error"), hidden: "" });
   const out = el("div", { class: "out", "data-testid": ids("out") });
-  node.append(head, error, out);
+  node.append(head, meter, error, out);
   container.append(node);
 
   const trail = [];
@@ -102,7 +106,10 @@ function makeSlot(container, key, label, onRun) {
       trail.length = 0;
       node.dataset.state = "running";
       node.dataset.jobId = "";
-      error.hidden = cache.hidden = coalesced.hidden = true;
+      error.hidden = cache.hidden = coalesced.hidden = meter.hidden = true;
+      bar.value = 0;
+      said.textContent = "";
+      delete bar.dataset.seq;
       e2e.textContent = queue.textContent = "…";
       out.replaceChildren();
       step("posted");
@@ -111,6 +118,13 @@ function makeSlot(container, key, label, onRun) {
     onEvent(name, data) {
       if (data?.jobId) node.dataset.jobId = data.jobId;
       if (name === "queued") step(`queued (${data.status})`);
+      else if (name === "progress") {
+        meter.hidden = false;
+        if (typeof data.fraction === "number") bar.value = data.fraction;
+        bar.dataset.seq = String(data.seq);
+        said.textContent = data.message ?? "";
+        step("progress");
+      }
       else if (name === "poll") step(`poll ${data.httpStatus}`);
       else if (name === "error") {
         step(data.code === "TIMEOUT" ? "stream TIMEOUT → polling" : `stream ${data.code}`);
@@ -402,6 +416,24 @@ async function errorCase(name) {
 for (const name of Object.keys(ERROR_CASES)) {
   $(`#err-${name}`).addEventListener("click", () => errorCase(name));
 }
+
+// ---- progress -------------------------------------------------------------------------
+// A job that reports progress: the stream's progress events fill the slot's bar (a POST
+// held for its answer would get the answer alone, so this one asks for no wait).
+const progressSlot = makeSlot($("#panel-probe .slots"), "progress", "probe.progress");
+$("#progress-start").addEventListener("click", async () => {
+  const params = { steps: num($("#progress-steps")) || 1, ms: num($("#progress-ms")) || 0 };
+  const probe = clientFor("probe", currentToken, { preferWaitSeconds: 0 });
+  const t0 = progressSlot.start();
+  try {
+    await probe.query("progress", params, {
+      onEvent: (name, data) => progressSlot.onEvent(name, data),
+    });
+    progressSlot.finish(t0);
+  } catch (err) {
+    progressSlot.finish(t0, err);
+  }
+});
 
 // ---- abort ----------------------------------------------------------------------------
 const abortSlot = makeSlot($("#panel-probe .slots"), "abort", "probe.sleep (abortable)");

@@ -2,6 +2,16 @@
 -- the read-only client DB. user_skills has no scope columns: it is scoped
 -- through lms.users. Timestamps come out as ISO-8601 UTC text, numerics as float8.
 
+-- name: skills_coverage_branches_list
+-- The branches skills_coverage_list answers for, in its order (one step of progress each).
+SELECT DISTINCT u.branch_id
+FROM lms.users u
+WHERE u.client_id = %(client)s
+  AND ('*' = ANY(%(branches)s::text[]) OR u.branch_id = ANY(%(branches)s::text[]))
+  AND (%(branch)s::text IS NULL OR u.branch_id = %(branch)s::text)
+  AND u.active
+ORDER BY u.branch_id;
+
 -- name: skills_coverage_list
 -- Per branch and skill: share of active users holding it, average level, proficient users.
 WITH scoped_users AS (
