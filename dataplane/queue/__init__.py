@@ -25,6 +25,7 @@ from dataplane.queue.config import (
     open_queue_database,
     queue_database,
 )
+from dataplane.queue.flow import FlowBound, FlowBounds
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
     CancelResult,
@@ -65,6 +66,8 @@ __all__ = [
     "ClaimedJob",
     "Completion",
     "EnqueueResult",
+    "FlowBound",
+    "FlowBounds",
     "JobRow",
     "JsonText",
     "Poisoned",

@@ -119,11 +119,13 @@ class Poisoned:
 
 @dataclass(frozen=True, slots=True)
 class ClaimBatch:
-    """What one claim statement did: the rows it claimed, oldest first, and the
-    claimable rows it found with their dequeue budget spent and parked as poison."""
+    """What one claim statement did: the rows it claimed, oldest first, the claimable
+    rows it found with their dequeue budget spent and parked as poison, and the
+    operations whose claimable rows it left pending for their flow bound."""
 
     jobs: list[ClaimedJob]
     poisoned: list[Poisoned]
+    deferred: list[str] = field(default_factory=list)  # operation names, each once
 
     @property
     def taken(self) -> int:
