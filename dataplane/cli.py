@@ -122,43 +122,17 @@ async def _serve(target: str, args: argparse.Namespace) -> int:
 
 def _cmd_surfaces(args: argparse.Namespace) -> int:
     from dataplane.surfaces import SurfacesConfig
+    from dataplane.surfaces.listing import operation_rows, table_lines
 
-    registry = from_env(SurfacesConfig).registry()
-    rows: list[dict[str, Any]] = []
-    for sid, entry in sorted(registry.entries.items()):
-        for (name, version), op in sorted(entry.surface.versions.items()):
-            rows.append(
-                {
-                    "surface": sid,
-                    "operation": name,
-                    "version": version,
-                    "latest": entry.surface.operations[name].version == version,
-                    "ttlSeconds": op.ttl_seconds,
-                    "timeoutSeconds": op.timeout_seconds,
-                    "gates": [getattr(g, "name", g) for g in op.gates],
-                    "tags": ["c:<client>"]
-                    + (["u:<caller>"] if op.per_user else [])
-                    + ([f"u:<params.{op.user_param}>"] if op.user_param else []),
-                    "needsClientDb": entry.surface.needs_client_db,
-                    "resultSchema": op.result is not None,
-                    "from": entry.origin,
-                }
-            )
+    rows = operation_rows(from_env(SurfacesConfig).registry())
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no surfaces registered (install a surface package, or set DATAPLANE_SURFACES)")
         return 0
-    head = f"{'surface.operation':32} {'ver':>3} {'ttl':>5} {'timeout':>7} {'result':6}"
-    print(f"{head}  gates / tags / from")
-    for r in rows:
-        gates = ",".join(r["gates"]) or "-"
-        print(
-            f"{r['surface'] + '.' + r['operation']:32} {r['version']:>3} {r['ttlSeconds']:>5g} "
-            f"{r['timeoutSeconds']:>7g} {'schema' if r['resultSchema'] else '-':6}"
-            f"  {gates} / {','.join(r['tags'])} / {r['from']}"
-        )
+    for line in table_lines(rows):
+        print(line)
     return 0
 
 

@@ -14,7 +14,7 @@ DO $roles$
 DECLARE
     r text;
     tables text := 'maestro_queues, surface_result_blobs, worker_runs, dataplane_elections,'
-                   ' dataplane_migrations';
+                   ' dataplane_migrations, maestro_flow';
     everyone text := 'dataplane_bff, dataplane_worker, dataplane_capcom, dataplane_scaler,'
                      ' dataplane_viewer';
 BEGIN
@@ -32,7 +32,8 @@ BEGIN
     -- Nothing for anyone but the owner, then each role's own.
     EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, %s', tables, everyone);
     EXECUTE format('REVOKE ALL ON SEQUENCE worker_runs_id_seq FROM PUBLIC, %s', everyone);
-    EXECUTE format('REVOKE ALL ON FUNCTION maestro_claim(text, text, integer, double precision)'
+    EXECUTE format('REVOKE ALL ON FUNCTION'
+                   ' maestro_claim(text, text, integer, double precision, jsonb)'
                    ' FROM PUBLIC, %s', everyone);
     EXECUTE format('REVOKE ALL ON FUNCTION maestro_queue_depth(text) FROM PUBLIC, %s', everyone);
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO %s', current_database(), everyone);
@@ -47,7 +48,7 @@ BEGIN
 
     -- Worker: claim (the function runs as its caller), renew, complete, fail, release;
     -- store blobs; maintenance (poison lapsed rows, delete old rows and expired blobs)
-    -- and the election that picks its leader; the queue sampler's read; the growth
+    -- and the election that picks its leader; the slots of bounded operations; the queue sampler's read; the growth
     -- watch's ANALYZE (MAINTAIN, Postgres 17+; before 17 a non-owner's ANALYZE is
     -- skipped with a warning, autovacuum does it). No INSERT into the queue (a worker
     -- cannot enqueue), no requester counts, nothing of worker_runs.
@@ -58,8 +59,11 @@ BEGIN
     GRANT SELECT, INSERT, DELETE ON surface_result_blobs TO dataplane_worker;
     GRANT SELECT, INSERT, UPDATE ON dataplane_elections TO dataplane_worker;
     GRANT SELECT ON dataplane_migrations TO dataplane_worker;
-    GRANT EXECUTE ON FUNCTION maestro_claim(text, text, integer, double precision)
+    GRANT EXECUTE ON FUNCTION maestro_claim(text, text, integer, double precision, jsonb)
         TO dataplane_worker;
+    -- Flow control: a claim with bounds locks its operations' rows (FOR UPDATE needs
+    -- UPDATE) and creates them on first use.
+    GRANT SELECT, INSERT, UPDATE ON maestro_flow TO dataplane_worker;
     IF current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_worker';
     END IF;

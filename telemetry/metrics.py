@@ -221,6 +221,14 @@ class Instruments:
             "DATAPLANE_RESULT_CHECK says: enforce answers RESULT_INVALID, count lets them "
             "go (worker)",
         )
+        self.flow_deferred = _counter(
+            meter,
+            "dataplane.flow.deferred",
+            "{claim}",
+            "Claims that left an operation's claimable rows pending for its flow bound "
+            "(max_concurrency or max_concurrency_per_client), one per claim and operation "
+            "(worker)",
+        )
         self.notify_rejected = _counter(
             meter,
             "dataplane.notify.rejected",
@@ -339,6 +347,7 @@ def initialise(
     *,
     cacheable: Iterable[tuple[str, str]] = (),
     maintained: Iterable[str] = (),
+    bounded: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Every counter series this process can produce, at zero, before any event.
 
@@ -346,7 +355,8 @@ def initialise(
     every surface's, in its tier) to its operation names; ``cacheable`` lists the
     (queue type, operation) pairs with a TTL cache; ``maintained``, the other queue
     types whose rows a worker's maintenance pass may park as poison (``lease_lapsed``:
-    the elected pass covers every type, whichever worker runs it).
+    the elected pass covers every type, whichever worker runs it); ``bounded``, the
+    (queue type, operation) pairs with a flow bound.
     """
     m = instruments()
     operations = operations or {}
@@ -368,6 +378,8 @@ def initialise(
             m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
         for queue_type, name in cacheable:
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
+        for queue_type, name in bounded:
+            m.flow_deferred.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for reason in CAPCOM_DROP_REASONS:
             m.capcom_dropped.add(0, {REASON: reason})
         m.outsider_locks.add(0, {"dataplane.lock": "oncall"})

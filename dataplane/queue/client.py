@@ -46,8 +46,10 @@ from dataplane.queue.records import (
     ClaimedJob,
     Completion,
     EnqueueResult,
+    FlowBounds,
     JsonText,
     Poisoned,
+    bounds_json,
     done_note,
     job_uuid,
     to_json,
@@ -191,10 +193,13 @@ class QueueClient(QueueReaders):
         *,
         limit: int = 1,
         lease_seconds: float | None = None,
+        bounds: FlowBounds | None = None,
     ) -> ClaimBatch:
         """Claim up to ``limit`` claimable rows of ``queue_type``, oldest first; the
         claimable rows found with their dequeue budget spent (the lease of their last
         attempt lapsed) become poison in the same statement, and are reported too.
+        ``bounds``: the flow bounds of its operations (rows over one stay pending, and
+        their operation is reported in ``deferred``).
 
         Both count toward ``limit``: a batch of ``limit`` rows may have left work behind.
         """
@@ -208,12 +213,14 @@ class QueueClient(QueueReaders):
         )
         rows = await self.db.fetchall(
             q("job_claim"),
-            {"type": type_name, "worker_id": worker_id, "limit": limit, "lease_seconds": lease},
+            {"type": type_name, "worker_id": worker_id, "limit": limit, "lease_seconds": lease}
+            | {"bounds": bounds_json(bounds)},
             parents=_claimed_traces,
         )
-        jobs = [_claimed(row, worker_id) for row in rows if not row["poisoned"]]
+        jobs = [_claimed(row, worker_id) for row in rows if row["id"] and not row["poisoned"]]
         jobs.sort(key=lambda j: j.created_at)
-        return ClaimBatch(jobs, [Poisoned.from_row(row) for row in rows if row["poisoned"]])
+        poisoned = [Poisoned.from_row(row) for row in rows if row["poisoned"]]
+        return ClaimBatch(jobs, poisoned, [row["deferred"] for row in rows if row["deferred"]])
 
     async def renew(
         self, jobs: Sequence[ClaimedJob], *, lease_seconds: float | None = None

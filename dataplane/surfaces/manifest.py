@@ -30,6 +30,10 @@ group ``dataplane.surfaces``) builds a :class:`Surface` with :func:`surface` fro
   fast 403 and re-enforced in the worker;
 * ``timeout_seconds`` (default 30): the handler runs in a cancel scope; past it
   the attempt fails (``TIMEOUT``) and is retried, then poisoned, like any failure;
+* ``max_concurrency`` / ``max_concurrency_per_client`` (optional, ints >= 1): at most
+  that many attempts of the operation running at once across every worker of the
+  queue type / of one client's, enforced by the claim (``maestro_claim``, migration
+  0015): rows over the bound stay pending, the other operations are still claimed;
 * ``handler``: ``async def handler(ctx: OperationContext) -> result``: JSON, or
   bytes / :class:`BlobResult` (stored as a blob). Raise :class:`HttpError`
   (400/403/404) for an expected error: an answer, never retried.
@@ -243,6 +247,8 @@ class Operation:
     description: str = ""
     summary_fields: Sequence[str] = ()
     result: Schema | None = None  # what the handler answers (JSON Schema 2020-12)
+    max_concurrency: int | None = None  # attempts running at once, fleet-wide
+    max_concurrency_per_client: int | None = None  # of one client's, fleet-wide
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
     _result_validator: Any = field(init=False, repr=False, compare=False, default=None)
 
@@ -271,6 +277,12 @@ class Operation:
             raise InvalidArgument(f"{where}: ttl_seconds must be >= 0")
         if not self.timeout_seconds > 0:
             raise InvalidArgument(f"{where}: timeout_seconds must be > 0")
+        for bound in ("max_concurrency", "max_concurrency_per_client"):
+            value = getattr(self, bound)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise InvalidArgument(f"{where}: {bound} must be an integer >= 1 or None")
         gates = tuple(gate_named(g) if isinstance(g, str) else g for g in self.gates)
         properties = self.params.get("properties", {})
         for gate in gates:

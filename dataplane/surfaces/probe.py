@@ -9,6 +9,8 @@
   a message and a partial ``{"step": i}``), then answers.
 * ``cached {value}``: answers like ``echo``, cached 60 s per caller (tags ``c:`` and
   ``u:<caller>``): the cache and its invalidation, end to end.
+* ``bounded {ms}``: sleeps like ``sleep``, at most 2 attempts running fleet-wide
+  (``max_concurrency=2``): flow control, end to end.
 
 No other operation is cached: a probe measures the real path.
 """
@@ -62,6 +64,11 @@ async def progress(ctx: OperationContext) -> Any:
         )
         await trio.sleep(ms / 1000)
     return {"steps": steps}
+
+
+async def bounded(ctx: OperationContext) -> Any:
+    await trio.sleep(ctx.params["ms"] / 1000)
+    return {"slept_ms": ctx.params["ms"]}
 
 
 async def large(ctx: OperationContext) -> Any:
@@ -207,7 +214,29 @@ SURFACE = surface_of(
             "additionalProperties": False,
         },
     ),
+    Operation(
+        "bounded",
+        1,
+        {
+            "type": "object",
+            "properties": {
+                "ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS},
+                "nonce": {"type": "string", "maxLength": 100},
+            },
+            "required": ["ms"],
+            "additionalProperties": False,
+        },
+        bounded,
+        max_concurrency=2,
+        description="Sleep for ms milliseconds, at most 2 at once across the fleet.",
+        result={
+            "type": "object",
+            "properties": {"slept_ms": {"type": "integer", "minimum": 0}},
+            "required": ["slept_ms"],
+            "additionalProperties": False,
+        },
+    ),
     id="probe",
-    description="Synthetic checks: echo, sleep, fail, reject, large, progress, cached.",
+    description="Synthetic checks: echo, sleep, fail, reject, large, progress, cached, bounded.",
     needs_client_db=False,
 )

@@ -27,6 +27,7 @@ from dataplane.queue.roles import refuse_owner
 from dataplane.queue.types import SUFFIXES
 from dataplane.surfaces import surface_for_queue_type
 from dataplane.surfaces.manifest import Surface
+from dataplane.worker.claims.claimer import flow_bounds
 from dataplane.worker.config import WorkerProcessConfig
 from dataplane.worker.health import WorkerHealth, serve_health
 from dataplane.worker.readonly import open_client_database
@@ -54,6 +55,7 @@ async def serve_worker(config: WorkerProcessConfig, *, reporter: Reporter | None
         "worker",
         {queue_type.name: [op.name for op in ops]},
         cacheable=[(queue_type.name, op.name) for op in ops if op.cacheable],
+        bounded=[(queue_type.name, name) for name in flow_bounds(surface)],
         maintained=[
             QueueType(surface_id, suffix).name
             for surface_id in config.surfaces.registry().surfaces

@@ -48,7 +48,7 @@ from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
 from dataplane.surfaces.manifest import Surface
-from dataplane.worker.claims.claimer import Claimer
+from dataplane.worker.claims.claimer import Claimer, flow_bounds
 from dataplane.worker.claims.completer import Completer
 from dataplane.worker.claims.held import HeldJobs
 from dataplane.worker.claims.leases import LeaseKeeper
@@ -114,7 +114,12 @@ class Worker:
             progress=self.progress,
         )
         self.claimer = Claimer(
-            config, queue, self.held, self.executor.run, hears_enqueues=self._hears_enqueues
+            config,
+            queue,
+            self.held,
+            self.executor.run,
+            hears_enqueues=self._hears_enqueues,
+            bounds=flow_bounds(surface),
         )
         self.executor.on_retry = self.claimer.retry_due
         self.leases = LeaseKeeper(config, queue, self.held)

@@ -95,9 +95,12 @@ GROUP BY type, client;
 -- Claim up to `limit` claimable rows of one type, fairly across clients, and park as
 -- poison the claimable rows whose dequeue budget is spent: `maestro_claim`
 -- (migration 0008, where its SQL and what it does are written out), planned once per
--- session rather than at every claim. Its result columns are the ones its RETURNS
--- TABLE lists.
-SELECT * FROM maestro_claim(%(type)s, %(worker_id)s, %(limit)s, %(lease_seconds)s);
+-- session rather than at every claim. `bounds` (jsonb or NULL) are the flow bounds of
+-- the worker's operations (migration 0015: it also reports the operations it deferred).
+-- Its result columns are the ones its RETURNS TABLE lists.
+SELECT * FROM maestro_claim(
+    %(type)s, %(worker_id)s, %(limit)s, %(lease_seconds)s, %(bounds)s::jsonb
+);
 
 -- name: lease_renew
 -- Extend the lease of every listed row this worker still holds (fenced).

@@ -494,6 +494,7 @@ COUNTERS = [
         "outsider_locks",
         "invalidations_refused",
         "result_invalid",
+        "flow_deferred",
     )
 ]
 GAUGES = [

@@ -38,6 +38,9 @@ from tests.helpers import (
 
 JOB = "(SELECT id FROM maestro_queues LIMIT 1)"
 CLAIM = "SELECT * FROM maestro_claim('surface-probe', 'w1', 1, 30)"
+FLOW_CLAIM = (  # with flow bounds: it locks (and may create) rows of maestro_flow
+    "SELECT * FROM maestro_claim('surface-probe', 'w1', 1, 30, '{\"sleep\": {\"max\": 2}}')"
+)
 ENQUEUE = (
     "INSERT INTO maestro_queues (type, dedupe_key, payload, max_dequeues, client)"
     " VALUES ('surface-probe', 'k-' || gen_random_uuid(), '{}', 3, 'acme')"
@@ -52,7 +55,7 @@ DENIED_TO_ALL = [
     "ALTER TABLE maestro_queues ADD COLUMN extra int",
     "TRUNCATE maestro_queues",
     "CREATE TABLE planted (i int)",
-    "DROP FUNCTION maestro_claim(text, text, integer, double precision)",
+    "DROP FUNCTION maestro_claim(text, text, integer, double precision, jsonb)",
     "SELECT version FROM dataplane_migrations; DELETE FROM dataplane_migrations",
 ]
 
@@ -67,6 +70,8 @@ CASES: list[tuple[str, str, bool]] = [
     ("bff", "SELECT version FROM dataplane_migrations", True),
     ("bff", "ANALYZE maestro_queues", False),
     ("bff", CLAIM, False),
+    ("bff", FLOW_CLAIM, False),
+    ("bff", "SELECT * FROM maestro_flow", False),
     ("bff", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
     ("bff", f"UPDATE maestro_queues SET locked_by = 'me' WHERE id = {JOB}", False),
     ("bff", "DELETE FROM maestro_queues", False),
@@ -74,6 +79,8 @@ CASES: list[tuple[str, str, bool]] = [
     ("bff", REPORT, False),
     ("bff", ELECT, False),
     ("worker", CLAIM, True),
+    ("worker", FLOW_CLAIM, True),
+    ("worker", "DELETE FROM maestro_flow", False),
     (
         "worker",
         f"UPDATE maestro_queues SET result = '{{}}', status = 'done' WHERE id = {JOB}",
@@ -112,6 +119,7 @@ CASES: list[tuple[str, str, bool]] = [
     ("viewer", "SELECT data FROM surface_result_blobs", False),
     ("viewer", f"UPDATE maestro_queues SET status = 'done' WHERE id = {JOB}", False),
     ("viewer", "DELETE FROM worker_runs", False),
+    ("viewer", "SELECT * FROM maestro_flow", False),
 ]
 CASES += [(process, stmt, False) for process in GROUPS for stmt in DENIED_TO_ALL]
 

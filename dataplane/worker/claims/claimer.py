@@ -21,6 +21,13 @@ A claim also parks as poison the claimable rows whose dequeue budget is spent (t
 last attempt's worker died): the claimer traces, counts and logs each
 (:func:`~dataplane.maintenance.poison.report_lapsed`), and counts it among the rows the
 claim took, so a batch filled partly by such rows is followed at once too.
+
+Flow control: every claim carries the flow bounds of the surface's operations
+(:func:`flow_bounds`; ``maestro_claim`` enforces them fleet-wide, migration 0015). An
+operation whose rows a claim left pending for its bound is counted
+(``dataplane.flow.deferred``); such rows are waiting work that no notify announces
+when a slot frees on another worker, so after a deferral the poll stays at its first
+step (100 ms) and a slot freed here claims again at once.
 """
 
 from __future__ import annotations
@@ -33,14 +40,25 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.maintenance.poison import report_lapsed
-from dataplane.queue import ClaimBatch, QueueClient
+from dataplane.queue import ClaimBatch, FlowBound, FlowBounds, QueueClient
+from dataplane.surfaces.manifest import Surface
 from dataplane.worker.claims.held import HeldJobs, Running
 from dataplane.worker.config import WorkerConfig
+from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
 
 log = logging.getLogger(__name__)
 
 DB_ERROR_BACKOFF = 1.0  # seconds after a failed claim before trying again
 MAX_DUE = 1024  # retries remembered (more fall to the poll)
+
+
+def flow_bounds(surface: Surface) -> dict[str, FlowBound]:
+    """The flow bounds of the surface's bounded operations (their latest versions)."""
+    return {
+        op.name: FlowBound(op.max_concurrency, op.max_concurrency_per_client)
+        for op in surface.operations.values()
+        if op.max_concurrency is not None or op.max_concurrency_per_client is not None
+    }
 
 
 class Claimer:
@@ -52,14 +70,18 @@ class Claimer:
         execute: Callable[[Running], Awaitable[None]],
         *,
         hears_enqueues: Callable[[], bool] = lambda: False,
+        bounds: FlowBounds | None = None,
     ) -> None:
         """``hears_enqueues``: whether the enqueue notify reaches this worker now (on
-        call and listening); while it does, work found does not restart the poll."""
+        call and listening); while it does, work found does not restart the poll.
+        ``bounds``: the flow bounds every claim carries (:func:`flow_bounds`)."""
         self.config = config
         self.queue = queue
         self.held = held
         self.execute = execute
         self.hears_enqueues = hears_enqueues
+        self.bounds = dict(bounds or {})
+        self.deferrals = 0  # (claim, operation) pairs left pending for a flow bound
         self.claims = 0  # claim statements run
         self.idle_claims = 0  # of which found nothing
         self.claimed = 0  # rows claimed
@@ -120,6 +142,7 @@ class Claimer:
                     config.worker_id,
                     limit=free,
                     lease_seconds=config.queue.lease_seconds,
+                    bounds=self.bounds,
                 )
             except DatabaseError as exc:
                 log.warning("claim failed (%s); retrying", exc)
@@ -130,6 +153,9 @@ class Claimer:
             if batch.poisoned:
                 self.poisoned += len(batch.poisoned)
                 report_lapsed(batch.poisoned, log, found_by=f"a claim of {config.worker_id}")
+            if batch.deferred:
+                self._deferred(batch.deferred)
+                backoff_ms = config.poll_start_ms
             if batch.taken:
                 if not self.hears_enqueues():  # polling is how it hears of work
                     backoff_ms = config.poll_start_ms
@@ -139,16 +165,22 @@ class Claimer:
                 if batch.taken == free:
                     self._more = True
                     continue
-                self._more = False  # the queue had no more for us: wait for news
+                self._more = bool(batch.deferred)  # deferred: a freed slot claims again
                 await self._wait(backoff_ms)
                 continue
-            self._more = False
+            self._more = bool(batch.deferred)
             self.idle_claims += 1
             if self._idle_claim is not None:  # someone is in wait_idle_claims
                 self._idle_claim.set()
                 self._idle_claim = None
             await self._wait(backoff_ms)
             backoff_ms = min(backoff_ms * 2, config.idle_ms)
+
+    def _deferred(self, operations: list[str]) -> None:
+        self.deferrals += len(operations)
+        counter = instruments().flow_deferred
+        for operation in operations:
+            counter.add(1, {QUEUE_TYPE: self.config.queue_type, OPERATION: operation})
 
     async def _wait(self, backoff_ms: int) -> None:
         """Until a wake, the poll backoff, or the next scheduled retry, if sooner."""
