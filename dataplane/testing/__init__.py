@@ -15,9 +15,14 @@ built from, on a real PostgreSQL server: docs/testing.md.
 * :func:`token`: a bearer JWT the kit's BFF trusts.
 """
 
+from collections.abc import Awaitable, Callable
+
 from dataplane.testing.answers import JWT_SECRET, Answer, AnswerError, Event, token
 from dataplane.testing.kit import Enqueued, Execution, Kit
 from dataplane.testing.plane import Plane
+
+#: The ``run_operation`` fixture's type.
+RunOperation = Callable[..., Awaitable[Answer]]
 
 # `-p dataplane.testing` (or `pytest_plugins = ["dataplane.testing"]`) where the entry
 # point is not installed registers this module; it brings the fixtures with it.
@@ -32,5 +37,6 @@ __all__ = [
     "Execution",
     "Kit",
     "Plane",
+    "RunOperation",
     "token",
 ]

@@ -6,16 +6,13 @@ SQL is read through a credential the worker's read-only proof accepts."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
 
 from dataplane import HttpError, Operation, OperationContext, surface
-from dataplane.testing import Answer, AnswerError, Plane, token
-
-RunOperation = Callable[..., Awaitable[Answer]]
+from dataplane.testing import Answer, AnswerError, Plane, RunOperation, token
 
 PARAMS = {
     "type": "object",
