@@ -115,7 +115,7 @@ async def test_bad_params_are_a_400_and_nobody_a_404(run_operation: RunOperation
 async def test_a_browser_gets_it_through_the_bff(plane: Plane) -> None:
     answer = await plane.query(SURFACE, "hello", {{"name": "ada"}}, auth=token("globex"))
     assert answer.result == {{"greeting": "hello, ada", "client": "globex"}}
-    assert [event.name for event in answer.events] == ["queued", "done"]
+    assert answer.events[-1].name == "done"  # after "queued" if the job was not done yet
     (run,) = await plane.executions(SURFACE, "hello")  # one execution ran
     assert run.outcome == "done"
 '''

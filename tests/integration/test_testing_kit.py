@@ -144,9 +144,9 @@ async def test_the_plane_streams_every_event_and_shows_coalescing(plane: Plane) 
         release.set()
     assert [a.result for a in answers] == [{"twice": 10}] * 5
     assert sorted(a.coalesced for a in answers) == [False] + [True] * 4
-    for answer in answers:
-        assert [e.name for e in answer.events] == ["queued", "done"]
-        assert answer.events[0].json["status"] in ("pending", "in_progress")
+    for answer in answers:  # a stream opened after the job finished has its answer only
+        assert [e.name for e in answer.events] in (["queued", "done"], ["done"])
+        assert [e.id for e in answer.events][-1] == "3"
     (row,) = await plane.enqueued(SURFACE)
     assert row.status == "done" and row.params == {"n": 5} and row.requesters == 5
     (run,) = await plane.executions(SURFACE, "slow")
@@ -157,7 +157,7 @@ async def test_the_plane_refuses_as_the_bff_does(plane: Plane) -> None:
     bad = await plane.query(SURFACE, "double", {"n": "x"})
     assert bad.status == 400 and not bad.events and bad.error is not None
     poisoned = await plane.query(SURFACE, "stuck", {"n": 1})
-    assert poisoned.status == 200 and [e.name for e in poisoned.events] == ["queued", "error"]
+    assert poisoned.status == 200 and poisoned.events[-1].name == "error"
     assert poisoned.error is not None and poisoned.error["code"] == "POISON"
 
 
