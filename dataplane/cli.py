@@ -142,7 +142,7 @@ def _cmd_new_surface(args: argparse.Namespace) -> int:
     from dataplane.surfaces.scaffold import scaffold
 
     root = scaffold(args.name, Path(args.dir))
-    print(f"wrote {root}: pip install -e {root} && python -m pytest {root}")
+    print(f"wrote {root}: pip install -e '{root}[test]' && python -m pytest {root}")
     return 0
 
 

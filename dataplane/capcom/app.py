@@ -188,7 +188,7 @@ def create_app() -> QuartTrio:
             reports = check_reports(parse_body(raw))
         except ReportError as exc:
             raise ApiError(400, str(exc)) from None
-        await _insert(db, reports)
+        await insert_reports(db, reports)
         return Response("", status=204)
 
     return app
@@ -232,7 +232,10 @@ def _authorize(expected: str) -> None:
         raise ApiError(401, "wrong capcom token")
 
 
-async def _insert(db: Database, reports: list[dict[str, Any]]) -> None:
+async def insert_reports(db: Database, reports: list[dict[str, Any]]) -> None:
+    """Write checked reports (:func:`~telemetry.report.check_reports`) into ``worker_runs``
+    with one INSERT; its failures as the HTTP errors they answer (the test kit records
+    its workers' reports with it too)."""
     try:
         await db.execute(
             q("worker_run_insert"), insert_params(reports), call_timeout=INSERT_TIMEOUT

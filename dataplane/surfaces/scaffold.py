@@ -2,8 +2,9 @@
 
 It writes ``NAME-surface/`` with a ``pyproject.toml`` that registers the surface
 under the entry-point group ``dataplane.surfaces``, a module with one operation
-(``hello {name}``, no client DB needed), and a test of it. After
-``pip install -e NAME-surface`` its test passes and ``dataplane dev`` serves it.
+(``hello {name}``, no client DB needed), and its tests, written with the test kit
+(:mod:`dataplane.testing`: ``run_operation`` and ``plane``). After
+``pip install -e 'NAME-surface[test]'`` its tests pass and ``dataplane dev`` serves it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ requires-python = ">=3.11"
 dependencies = ["dataplane"]
 
 [project.optional-dependencies]
-test = ["pytest>=8", "pytest-trio>=0.8"]
+test = ["dataplane[testing]"]
 
 [project.entry-points."dataplane.surfaces"]
 {name} = "{module}:SURFACE"
@@ -85,41 +86,38 @@ SURFACE = surface(
 '''
 
 TEST = '''\
-"""The {name} surface's operations, called as the worker calls them."""
+"""The {name} surface's operations, run as the plane runs them: through the real
+worker (``run_operation``) and through a real BFF (``plane``), on a PostgreSQL server
+the test kit starts (dataplane.testing; docs/testing.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dataplane import Auth, HttpError, OperationContext
+from dataplane.testing import Plane, RunOperation, token
 from {module} import SURFACE
 
-CALLER = Auth(client="acme", user_id="u1", actor_email="", staff=False, branches=())
+pytestmark = pytest.mark.dataplane(surfaces=SURFACE)  # what the kit serves these tests
 
 
-async def run(operation: str, params: dict[str, object]) -> object:
-    op = SURFACE.operation(operation)
-    checked = op.check(CALLER, params)  # schema and gates, as at the BFF and the worker
-    ctx = OperationContext(checked, CALLER, job_id="test", dequeue_count=1, client_db=None)
-    answer = await op.handler(ctx)
-    assert op.result_problem(answer) is None  # the answer has the shape it declares
-    return answer
+async def test_hello_answers(run_operation: RunOperation) -> None:
+    answer = await run_operation(SURFACE, "hello", {{"name": "world"}})
+    assert answer.result == {{"greeting": "hello, world", "client": "acme"}}
 
 
-async def test_hello_answers() -> None:
-    assert await run("hello", {{"name": "world"}}) == {{
-        "greeting": "hello, world",
-        "client": "acme",
-    }}
+async def test_bad_params_are_a_400_and_nobody_a_404(run_operation: RunOperation) -> None:
+    bad = await run_operation(SURFACE, "hello", {{"name": ""}})
+    assert bad.status == 400  # refused as the BFF refuses it: the job never runs
+    nobody = await run_operation(SURFACE, "hello", {{"name": "nobody"}})
+    assert nobody.error == {{"status": 404, "message": "nobody is here"}}  # an answer
 
 
-async def test_bad_params_are_a_400_and_nobody_a_404() -> None:
-    with pytest.raises(HttpError) as bad:
-        await run("hello", {{"name": ""}})
-    assert bad.value.status == 400
-    with pytest.raises(HttpError) as missing:
-        await run("hello", {{"name": "nobody"}})
-    assert missing.value.status == 404
+async def test_a_browser_gets_it_through_the_bff(plane: Plane) -> None:
+    answer = await plane.query(SURFACE, "hello", {{"name": "ada"}}, auth=token("globex"))
+    assert answer.result == {{"greeting": "hello, ada", "client": "globex"}}
+    assert answer.events[-1].name == "done"  # after "queued" if the job was not done yet
+    (run,) = await plane.executions(SURFACE, "hello")  # one execution ran
+    assert run.outcome == "done"
 '''
 
 README = """\
@@ -128,7 +126,7 @@ README = """\
 The `{name}` surface of the Surface Data Plane, written with `dataplane`'s public API.
 
     pip install -e .            # registers it (entry point dataplane.surfaces)
-    pip install -e '.[test]' && python -m pytest
+    pip install -e '.[test]' && python -m pytest   # dataplane's test kit
     dataplane surfaces          # lists it
     dataplane dev               # serves it: POST /api/{name}/q {{"operation": "hello", ...}}
 """

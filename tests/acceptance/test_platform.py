@@ -23,17 +23,43 @@ from tests.helpers import bearer, read_sse, submit, token
 from tests.real_plane import start_bff
 
 
+async def installed_in_a_venv(root: Path, where: Path) -> Path:
+    """``pip install -e root`` (no index, no dependencies) into a new venv that sees this
+    one's packages (a ``.pth`` adds its site directories, their ``.pth`` files run too):
+    the package registers its entry point there; returns the venv's python."""
+    await trio.run_process([sys.executable, "-m", "venv", "--without-pip", str(where)])
+    python = where / "bin" / "python"
+    found = await trio.run_process(
+        [str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_stdout=True
+    )
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    line = "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in ours)
+    (Path(found.stdout.decode().strip()) / "parent-venv.pth").write_text(line + "\n")
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    await trio.run_process([*pip, "--no-build-isolation", "-e", str(root)], capture_stdout=True)
+    return python
+
+
 async def test_a_scaffolded_surface_package_passes_its_test_and_answers(
     bff_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
     nursery: trio.Nursery,
     spawn_worker: Callable[..., Any],
     tmp_path: Path,
+    pg_admin_dsn: str,
 ) -> None:
     root = scaffold("greeter", tmp_path)
-    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # Its own tests, with the test kit's run_operation and plane, once pip-installed
+    # (`-p dataplane.testing` is the entry point's name: a no-op where it is installed,
+    # the plugin's module where this checkout's install predates it).
+    # On this session's server (DATAPLANE_TEST_DSN), with pytest's temporary directories
+    # of its own: another run's would clean up this one's older ones, its server's too.
+    python = await installed_in_a_venv(root, tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "DATAPLANE_SURFACES"}
+    env["DATAPLANE_TEST_DSN"] = pg_admin_dsn
+    kit = ("-p", "no:cacheprovider", "-p", "dataplane.testing", f"--basetemp={tmp_path / 'own'}")
     own = await trio.run_process(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        [str(python), "-m", "pytest", "-q", *kit, str(root / "tests")],
         cwd=root,
         env=env,
         capture_stdout=True,
@@ -41,7 +67,11 @@ async def test_a_scaffolded_surface_package_passes_its_test_and_answers(
         check=False,
     )
     out = own.stdout.decode() + own.stderr.decode()
-    assert own.returncode == 0 and "2 passed" in out, out
+    assert own.returncode == 0 and "3 passed" in out, out
+    listed = await trio.run_process(
+        [str(python), "-m", "dataplane", "surfaces"], env=env, capture_stdout=True
+    )
+    assert "greeter" in listed.stdout.decode()  # registered through its entry point
 
     # Registered through DATAPLANE_SURFACES (the entry point works the same way).
     monkeypatch.syspath_prepend(str(root))
