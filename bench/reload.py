@@ -5,23 +5,8 @@ Run from the repository root::
     python bench/reload.py                # 10 rounds
     python bench/reload.py --rounds 5
 
-A temp package ``reloadme`` (one operation, ``which``, answering ``{"v": N}``) is
-served by ``python -m dataplane dev --reload`` (its own embedded Postgres, in a temp
-directory; ``DATAPLANE_SURFACES=reloadme:SURFACE``, the package prepended to
-``PYTHONPATH``). Each round edits the package's ``__init__.py`` twice, each edit timed
-from the file's write:
-
-* ``worker``: the handler alone changed (``v`` = the next number): to the first answer
-  to ``POST /api/reloadme/q`` (``Prefer: wait=1``, asked again 20 ms after each answer)
-  that carries it — the worker's restart (the BFF must stay up: its pid is checked);
-* ``bff``: a new parameter (and the next ``v``): to ``/openapi.json`` declaring it and
-  a query using it answering the new ``v``, both polled every 20 ms at once — the
-  fingerprint interpreter and the BFF's restart (its pid must change).
-
-Between edits the dev is let settle (no fingerprint process running, then a second).
-A round fails after 30 s, the whole run is bounded, the dev is stopped with SIGINT
-(killed if it does not exit) and the temp directory removed. Prints median, p90 and
-max of each path and writes ``bench/results/reload.json`` (not committed).
+What each round edits and times, and how: docs/perf/benchmarks.md. Prints median,
+p90 and max of each path and writes ``bench/results/reload.json`` (not committed).
 """
 
 from __future__ import annotations
