@@ -89,8 +89,12 @@ def extract_previous_release(dest: Path) -> Path:
 
 def old_release_env(tree: Path) -> dict[str, str]:
     """The environment that runs ``tree``'s code: first on the path, and no current
-    directory before it (``python -m`` would put this checkout's first)."""
-    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+    directory before it (``python -m`` would put this checkout's first). It serves the
+    built-in ``probe`` alone (``DATAPLANE_SURFACES=,`` names no package): the surface
+    packages installed in this venv are this release's, which may declare what the
+    previous release's ``Operation`` does not know (``result=``, ``max_concurrency=``);
+    in a real rollout each release's image brings its own."""
+    return {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1", "DATAPLANE_SURFACES": ","}
 
 
 @pytest.fixture(scope="module")
