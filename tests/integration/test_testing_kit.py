@@ -44,6 +44,13 @@ async def slow(ctx: OperationContext) -> Any:
     return {"twice": 2 * ctx.params["n"]}
 
 
+async def counted(ctx: OperationContext) -> Any:
+    for step in range(1, ctx.params["n"] + 1):
+        await ctx.progress(done=step, total=ctx.params["n"], message=f"step {step}")
+        await trio.sleep(0.3)  # past the writer's 200 ms: every report reaches the stream
+    return {"twice": 2 * ctx.params["n"]}
+
+
 async def stuck(ctx: OperationContext) -> Any:
     await trio.sleep_forever()
 
@@ -60,6 +67,7 @@ SURFACE = surface(
     Operation("cached", 1, PARAMS, double, ttl_seconds=60, result=RESULT),
     Operation("slow", 1, PARAMS, slow, result=RESULT),
     Operation("stuck", 1, PARAMS, stuck, timeout_seconds=0.2),
+    Operation("counted", 1, PARAMS, counted, result=RESULT),
     id="kit",
     needs_client_db=False,
 )
@@ -159,6 +167,22 @@ async def test_the_plane_refuses_as_the_bff_does(plane: Plane) -> None:
     poisoned = await plane.query(SURFACE, "stuck", {"n": 1})
     assert poisoned.status == 200 and poisoned.events[-1].name == "error"
     assert poisoned.error is not None and poisoned.error["code"] == "POISON"
+
+
+async def test_progress_reaches_the_plane_s_stream_in_order(plane: Plane) -> None:
+    answer = await plane.query(SURFACE, "counted", {"n": 3})
+    assert answer.result == {"twice": 6}
+    progress = [e for e in answer.events if e.name == "progress"]
+    assert [e.json["done"] for e in progress] == [1, 2, 3], answer.events
+    assert [e.json["message"] for e in progress][-1] == "step 3"
+    assert all(e.id is None for e in progress) and answer.events[-1].name == "done"
+
+
+async def test_run_operation_runs_a_handler_that_reports_progress(
+    run_operation: RunOperation,
+) -> None:
+    answer = await run_operation(SURFACE, "counted", {"n": 2})
+    assert answer.result == {"twice": 4}
 
 
 @pytest.mark.dataplane(surfaces=[PETS], client_db_sql=PETS_SQL)
