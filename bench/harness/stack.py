@@ -84,6 +84,9 @@ def stack_env(
         DATAPLANE_JWT_SECRET=jwt_secret,
         DATAPLANE_NOTIFY_SECRET=NOTIFY_SECRET,
         DATAPLANE_PROBE="1",
+        # probe alone (a list naming no package): the surface packages installed in the
+        # venv are this tree's, which an older tree of an A/B may not load
+        DATAPLANE_SURFACES=",",
         DATAPLANE_SSE_DEADLINE_SECONDS=str(sse_deadline_s),
         **extra,
         PYTHONUNBUFFERED="1",
