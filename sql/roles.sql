@@ -14,12 +14,12 @@ DO $roles$
 DECLARE
     r text;
     tables text := 'maestro_queues, surface_result_blobs, worker_runs, dataplane_elections,'
-                   ' dataplane_migrations, maestro_flow';
+                   ' dataplane_migrations, maestro_flow, dataplane_audit, maestro_paused';
     everyone text := 'dataplane_bff, dataplane_worker, dataplane_capcom, dataplane_scaler,'
-                     ' dataplane_viewer';
+                     ' dataplane_viewer, dataplane_operator';
 BEGIN
     FOREACH r IN ARRAY ARRAY['dataplane_bff', 'dataplane_worker', 'dataplane_capcom',
-                             'dataplane_scaler', 'dataplane_viewer'] LOOP
+                             'dataplane_scaler', 'dataplane_viewer', 'dataplane_operator'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
             BEGIN  -- roles are the cluster's: another database's migrator may race us
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -32,6 +32,7 @@ BEGIN
     -- Nothing for anyone but the owner, then each role's own.
     EXECUTE format('REVOKE ALL ON %s FROM PUBLIC, %s', tables, everyone);
     EXECUTE format('REVOKE ALL ON SEQUENCE worker_runs_id_seq FROM PUBLIC, %s', everyone);
+    EXECUTE format('REVOKE ALL ON SEQUENCE dataplane_audit_id_seq FROM PUBLIC, %s', everyone);
     EXECUTE format('REVOKE ALL ON FUNCTION'
                    ' maestro_claim(text, text, integer, double precision, jsonb)'
                    ' FROM PUBLIC, %s', everyone);
@@ -84,5 +85,16 @@ BEGIN
                   available_at, lease_expires_at, created_at, claimed_at, completed_at)
         ON maestro_queues TO dataplane_viewer;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_viewer;
+    GRANT SELECT ON maestro_paused TO dataplane_viewer;
+
+    -- Operator (the console, and the CLI's operator commands): read jobs and reports,
+    -- act on jobs and queue types, and record every action in the audit table, which it
+    -- may append to and read but never change.
+    GRANT SELECT ON maestro_queues, worker_runs, maestro_paused, dataplane_audit,
+                    dataplane_migrations
+        TO dataplane_operator;
+    GRANT INSERT ON dataplane_audit TO dataplane_operator;
+    GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
+    GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
 END
 $roles$;

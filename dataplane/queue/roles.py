@@ -1,11 +1,11 @@
 """The plane's database roles: one per kind of process, none of them the owner.
 
 ``sql/roles.sql`` defines the NOLOGIN group roles (``dataplane_bff``,
-``dataplane_worker``, ``dataplane_capcom``, ``dataplane_scaler``, ``dataplane_viewer``)
-and grants each exactly what its process's statements need; ``dataplane migrate``
-applies it after the migrations (:func:`apply_roles`), and ``dataplane roles`` prints it
-for a DBA when the migrating role may not create roles. A login role joins one group
-(``GRANT dataplane_worker TO worker_login``).
+``dataplane_worker``, ``dataplane_capcom``, ``dataplane_scaler``, ``dataplane_viewer``,
+``dataplane_operator``) and grants each exactly what its process's statements need;
+``dataplane migrate`` applies it after the migrations (:func:`apply_roles`), and
+``dataplane roles`` prints it for a DBA when the migrating role may not create roles. A
+login role joins one group (``GRANT dataplane_worker TO worker_login``).
 
 The role that migrates owns the schema. A runtime process (BFF, worker, capcom) refuses
 to run as a superuser or as a role that can act as the owner of ``maestro_queues``
@@ -40,6 +40,7 @@ GROUPS = {
     "capcom": "dataplane_capcom",
     "scaler": "dataplane_scaler",
     "viewer": "dataplane_viewer",
+    "operator": "dataplane_operator",
 }
 
 

@@ -120,6 +120,24 @@ CASES: list[tuple[str, str, bool]] = [
     ("viewer", f"UPDATE maestro_queues SET status = 'done' WHERE id = {JOB}", False),
     ("viewer", "DELETE FROM worker_runs", False),
     ("viewer", "SELECT * FROM maestro_flow", False),
+    ("viewer", "SELECT type FROM maestro_paused", True),
+    ("viewer", "SELECT * FROM dataplane_audit", False),
+    ("operator", "SELECT payload, result, last_error FROM maestro_queues", True),
+    ("operator", "SELECT * FROM worker_runs", True),
+    ("operator", "SELECT * FROM dataplane_audit", True),
+    (
+        "operator",
+        "INSERT INTO dataplane_audit (actor, via, action, target, rows)"
+        " VALUES ('a', 'cli', 'retry', '{}', 0)",
+        True,
+    ),
+    ("operator", "UPDATE dataplane_audit SET rows = 9", False),
+    ("operator", "DELETE FROM dataplane_audit", False),
+    ("operator", "SELECT data FROM surface_result_blobs", False),
+    ("operator", CLAIM, False),
+    ("operator", "SELECT * FROM maestro_flow", False),
+    ("worker", "SELECT * FROM dataplane_audit", False),
+    ("bff", "SELECT * FROM dataplane_audit", False),
 ]
 CASES += [(process, stmt, False) for process in GROUPS for stmt in DENIED_TO_ALL]
 

@@ -1,0 +1,9 @@
+"""What operators do to the queue: the one code path the console and the CLI share.
+
+Every action (:mod:`dataplane.operator.audit`) changes rows and records itself in
+``dataplane_audit`` in one transaction: who, via what, what was asked, how many rows.
+"""
+
+from dataplane.operator.audit import ACTIONS, AuditRow, Operator, list_audit, record
+
+__all__ = ["ACTIONS", "AuditRow", "Operator", "list_audit", "record"]
