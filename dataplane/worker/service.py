@@ -134,7 +134,7 @@ class Worker:
         self.listener = queue.db.listener(
             [config.parsed_type.wake_channel, INVALIDATE_CHANNEL, self.cancel_channel],
         )
-        self.cancels = CancelWatch(queue.db, self.held)
+        self.cancels = CancelWatch(queue, self.held)
         oncall_key = f"oncall:{config.queue_type}"
         self.oncall = OnCall(
             SessionLock(queue.db.config, oncall_key, loop=queue.db.loop),

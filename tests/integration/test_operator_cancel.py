@@ -140,7 +140,7 @@ async def test_the_cli_command_cancels_and_says_so(
 
 async def test_the_worker_believes_the_row_not_the_notify(db: Database, queue: QueueClient) -> None:
     held = HeldJobs()
-    watch = CancelWatch(db, held)
+    watch = CancelWatch(queue, held)
     await _enqueue(queue, "forged")
     await _enqueue(queue, "real")
     forged_job, real_job = await queue.claim(T, "w1", limit=2)

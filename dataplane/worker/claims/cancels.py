@@ -8,11 +8,11 @@ is ignored at once (no query); one for a held claim is queued for :meth:`run`.
 
 The notify is a hint, never an order: any role that may connect may NOTIFY. For each
 held claim of that job still executing, :meth:`run` reads the row fenced on the claim
-(``job_cancelled_held``: cancelled, and still naming this worker and this claim's
-dequeue count); only then is the claim marked ``cancelled`` and ``lost`` and its
-execution's cancel scope cancelled. The executor then drops the work (the row is
-final: nothing is completed, failed nor released) and counts the attempt
-``cancelled``. A forged notify costs one indexed read and changes nothing.
+(:meth:`~dataplane.queue.QueueClient.cancelled_held`: cancelled, and still naming
+this worker and this claim's dequeue count); only then is the claim marked
+``cancelled`` and ``lost`` and its execution's cancel scope cancelled. The executor
+then drops the work (the row is final: nothing is completed, failed nor released)
+and counts the attempt ``cancelled``. A forged notify costs one indexed read and changes nothing.
 
 Failure handling: a notify missed (a LISTEN gap, a full queue, a claim not yet added
 when it came, the check's read failing) leaves the cancel to the lease keeper, whose
@@ -28,7 +28,7 @@ import uuid
 import trio
 
 from dataplane.core.errors import DatabaseError
-from dataplane.db import Database, q
+from dataplane.queue import QueueClient
 from dataplane.worker.claims.held import HeldJobs, Running
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,8 @@ QUEUE_SIZE = 64  # cancel notifies of held jobs waiting for their check
 class CancelWatch:
     """Checks each cancel notify of a held claim against its row, and cancels it."""
 
-    def __init__(self, db: Database, held: HeldJobs) -> None:
-        self.db = db
+    def __init__(self, queue: QueueClient, held: HeldJobs) -> None:
+        self.queue = queue
         self.held = held
         self.cancelled = 0  # executions cancelled for an operator
         self.ignored = 0  # notifies of no held claim, or not an id, or queued too many
@@ -79,13 +79,12 @@ class CancelWatch:
 
     async def _check(self, running: Running) -> None:
         job = running.job
-        params = {"id": job.id, "worker_id": job.worker_id, "dequeue_count": job.dequeue_count}
         try:
-            row = await self.db.fetchone(q("job_cancelled_held"), params)
+            cancelled = await self.queue.cancelled_held(job)
         except DatabaseError as exc:
             log.warning("job %s: cannot check a cancel notify (%s); its lease decides", job.id, exc)
             return
-        if row is None:
+        if not cancelled:
             self.refused += 1
             log.warning("job %s: a cancel notify, but its row is not cancelled: ignored", job.id)
             return
