@@ -94,6 +94,10 @@ BEGIN
                     dataplane_migrations
         TO dataplane_operator;
     GRANT INSERT ON dataplane_audit TO dataplane_operator;
+    -- Cancel a pending or running job (dataplane/operator/cancel.py): its lock (FOR
+    -- UPDATE) and the columns its statement writes, no other.
+    GRANT UPDATE (status, completed_at, lease_expires_at) ON maestro_queues
+        TO dataplane_operator;
     GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
 END

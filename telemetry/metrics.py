@@ -83,7 +83,7 @@ OUTCOME = "dataplane.outcome"
 REASON = "dataplane.reason"
 
 # Known label values, for initialise(): every series exists before its first event.
-OUTCOMES = ("done", "error", "failed", "poison", "lost", "released")  # report.Outcome
+OUTCOMES = ("done", "error", "failed", "poison", "lost", "released", "cancelled")  # Outcome
 POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
 CAPCOM_DROP_REASONS = (

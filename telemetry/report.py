@@ -38,6 +38,7 @@ class Outcome(enum.StrEnum):
     POISON = "poison"  # an unexpected error at the cutoff: parked
     LOST = "lost"  # the lease was lost: the work was dropped
     RELEASED = "released"  # handed back at shutdown, not counted
+    CANCELLED = "cancelled"  # an operator cancelled the job: its execution was cancelled
 
 
 class CacheStatus(enum.StrEnum):

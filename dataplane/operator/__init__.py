@@ -5,5 +5,17 @@ Every action (:mod:`dataplane.operator.audit`) changes rows and records itself i
 """
 
 from dataplane.operator.audit import ACTIONS, AuditRow, Operator, list_audit, record
+from dataplane.operator.cancel import CancelOutcome, Conflict, NotFound, cancel, cancel_command
 
-__all__ = ["ACTIONS", "AuditRow", "Operator", "list_audit", "record"]
+__all__ = [
+    "ACTIONS",
+    "AuditRow",
+    "CancelOutcome",
+    "Conflict",
+    "NotFound",
+    "Operator",
+    "cancel",
+    "cancel_command",
+    "list_audit",
+    "record",
+]

@@ -3,8 +3,9 @@
 Who reads: the BFF (a caller's job, matched to its owner in the statement:
 :meth:`QueueReaders.get_owned`; the finished rows its reply pump wakes streams with:
 :meth:`QueueReaders.get_finished_many`; live rows by client for backpressure;
-a blob's head and chunks, :mod:`dataplane.queue.blobs`) and operators (``get``,
-``list_jobs``). Each is one statement on a pooled connection.
+a blob's head and chunks, :mod:`dataplane.queue.blobs`), operators (``get``,
+``list_jobs``) and workers (whether an operator cancelled a held claim's row). Each
+is one statement on a pooled connection.
 :class:`~dataplane.queue.client.QueueClient` inherits them.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.queue.blobs import StoredBlob, blob_chunk, blob_head
-from dataplane.queue.records import JobRow, job_uuid
+from dataplane.queue.records import ClaimedJob, JobRow, job_uuid
 from dataplane.queue.types import QueueType, check_queue_type, check_status
 
 
@@ -53,6 +54,12 @@ class QueueReaders:
             q("job_list"), {"status": status, "type": type_name, "limit": limit}
         )
         return [JobRow.from_row(row) for row in rows]
+
+    async def cancelled_held(self, job: ClaimedJob) -> bool:
+        """Whether an operator cancelled the row of this claim: ``cancelled`` and still
+        naming its worker and dequeue count (what a cancel notify is checked against)."""
+        params = {"id": job.id, "worker_id": job.worker_id, "dequeue_count": job.dequeue_count}
+        return await self.db.fetchone(q("job_cancelled_held"), params) is not None
 
     async def live_counts(self) -> dict[tuple[str, str], int]:
         """Live rows by (type, client)."""

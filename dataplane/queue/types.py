@@ -1,10 +1,13 @@
 """The queue type: which surface a row is for, on which tier, and its channel names.
 
 A queue type is ``surface-<id>`` (live) or ``surface-<id>-dev`` (dev tier). Each
-has three notification channels: the *done* channel the BFF's reply pump listens
+has four notification channels: the *done* channel the BFF's reply pump listens
 on (``surface_<id>_done``, ``surface_<id>_dev_done``) and the *wake* channel an
-enqueue notifies so an idle worker claims at once (``<type>_enqueued``), and the
-*progress* channel a running job's progress is heard on (``surface_<id>_progress``). The SQL
+enqueue notifies so an idle worker claims at once (``<type>_enqueued``), the
+*progress* channel a running job's progress is heard on (``surface_<id>_progress``),
+and the *cancel* channel an operator's cancel of a running job tells its worker on
+(``surface_<id>_cancel``, payload the job id; a hint the worker checks against the
+row, never an order: any role that may connect may notify). The SQL
 side computes the same names with one function each, ``maestro_done_channel``
 and ``maestro_wake_channel`` (migrations 0001 and 0004); a test holds them equal.
 
@@ -126,6 +129,12 @@ class QueueType:
         (as long as the wake channel's name, so it fits too)."""
         return self.name.replace("-", "_") + "_progress"
 
+    @property
+    def cancel_channel(self) -> str:
+        """``surface-x`` -> ``surface_x_cancel``: an operator cancelled a running job of
+        this type (payload: its id); shorter than the wake channel's name, so it fits."""
+        return self.name.replace("-", "_") + "_cancel"
+
     def __str__(self) -> str:
         return self.name
 
@@ -175,6 +184,10 @@ def wake_channel(queue_type: str | QueueType) -> str:
 
 def progress_channel(queue_type: str | QueueType) -> str:
     return QueueType.parse(queue_type).progress_channel
+
+
+def cancel_channel(queue_type: str | QueueType) -> str:
+    return QueueType.parse(queue_type).cancel_channel
 
 
 def check_status(status: str) -> str:

@@ -6,9 +6,12 @@ of this package:
 * the :class:`~dataplane.worker.claims.claimer.Claimer`, which claims at most the free
   slots, backs off when idle, and is woken by the enqueue notify, a freed slot or
   a retry this worker scheduled (a failed job's backoff);
-* the :class:`~dataplane.db.Listener` for ``dataplane_invalidate`` and, while this
-  worker is on call, ``<type>_enqueued``, dispatched here (wake the claimer, drop
-  cache tags; a LISTEN gap drops the whole cache, invalidations may have been missed);
+* the :class:`~dataplane.db.Listener` for ``dataplane_invalidate``, the type's cancel
+  channel and, while this worker is on call, ``<type>_enqueued``, dispatched here (wake
+  the claimer, drop cache tags, hand a cancel to the cancel watch; a LISTEN gap drops
+  the whole cache, invalidations may have been missed);
+* the :class:`~dataplane.worker.claims.cancels.CancelWatch`, which checks an operator's
+  cancel of a held claim against its row and cancels that job's execution;
 * :class:`~dataplane.worker.claims.oncall.OnCall`, which decides whether an enqueue
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
@@ -48,6 +51,7 @@ from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
 from dataplane.surfaces.manifest import Surface
+from dataplane.worker.claims.cancels import CancelWatch
 from dataplane.worker.claims.claimer import Claimer, flow_bounds
 from dataplane.worker.claims.completer import Completer
 from dataplane.worker.claims.held import HeldJobs
@@ -72,6 +76,7 @@ class WorkerStatistics:
     poisoned: int  # attempts of this worker that failed at the cutoff
     poisoned_at_claim: int  # rows its claims parked as poison (their last lease lapsed)
     lost: int
+    cancelled: int  # executions an operator's cancel stopped
     released: int
     coalesced: int
     cache_hits: int
@@ -125,9 +130,11 @@ class Worker:
         self.leases = LeaseKeeper(config, queue, self.held)
         # It starts listening on the wake channel too (answering every notify until the
         # on-call lock's connection is up); OnCall then keeps it there only while on call.
+        self.cancel_channel = config.parsed_type.cancel_channel
         self.listener = queue.db.listener(
-            [config.parsed_type.wake_channel, INVALIDATE_CHANNEL],
+            [config.parsed_type.wake_channel, INVALIDATE_CHANNEL, self.cancel_channel],
         )
+        self.cancels = CancelWatch(queue, self.held)
         oncall_key = f"oncall:{config.queue_type}"
         self.oncall = OnCall(
             SessionLock(queue.db.config, oncall_key, loop=queue.db.loop),
@@ -176,6 +183,7 @@ class Worker:
             # meanwhile ends it, and the worker with it (it has claimed nothing yet).
             with self._starting:
                 await services.start(self.listener.run)
+                await services.start(self.cancels.run)
                 services.start_soon(self._dispatch_notifications)
                 await services.start(self.completer.run)
                 await services.start(self.oncall.run)
@@ -232,6 +240,7 @@ class Worker:
             poisoned=c.poisoned,
             poisoned_at_claim=self.claimer.poisoned,
             lost=c.lost,
+            cancelled=c.cancelled,
             released=c.released,
             coalesced=c.coalesced,
             cache_hits=c.cache_hits,
@@ -266,6 +275,8 @@ class Worker:
                     if tag is not None:
                         dropped = self.cache.invalidate_tag(tag)
                         log.info("cache: invalidated tag %r (%d entries)", tag, dropped)
+                elif event.channel == self.cancel_channel:
+                    self.cancels.heard(event.payload)
                 elif self.oncall.answers_notifies():
                     self.notify_wakes += 1
                     self.claimer.wake()

@@ -153,6 +153,16 @@ FROM done
 CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.note)) AS n
 WHERE (SELECT count(*) FROM blobs) >= 0;
 
+-- name: job_cancelled_held
+-- Whether an operator cancelled this claim (a worker that heard a cancel notify checks
+-- it here before it cancels the job's execution: the notify is a hint, anyone who may
+-- connect may send one): the row is cancelled and still names this claim.
+SELECT id FROM maestro_queues
+WHERE id = %(id)s
+  AND status = 'cancelled'
+  AND locked_by = %(worker_id)s
+  AND dequeue_count = %(dequeue_count)s;
+
 -- name: job_progress
 -- The latest progress of held rows (fenced, as job_complete: a row whose claim was
 -- lost, or that finished meanwhile, is left untouched and notifies nothing), and its

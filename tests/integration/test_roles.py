@@ -131,6 +131,17 @@ CASES: list[tuple[str, str, bool]] = [
         " VALUES ('a', 'cli', 'retry', '{}', 0)",
         True,
     ),
+    ("operator", f"SELECT id FROM maestro_queues WHERE id = {JOB} FOR UPDATE", True),
+    (
+        "operator",
+        "UPDATE maestro_queues SET status = 'cancelled', completed_at = now(),"
+        f" lease_expires_at = NULL WHERE id = {JOB}",
+        True,
+    ),
+    ("operator", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
+    ("operator", f"UPDATE maestro_queues SET locked_by = 'w9' WHERE id = {JOB}", False),
+    ("operator", f"UPDATE maestro_queues SET payload = '{{}}' WHERE id = {JOB}", False),
+    ("operator", ENQUEUE, False),
     ("operator", "UPDATE dataplane_audit SET rows = 9", False),
     ("operator", "DELETE FROM dataplane_audit", False),
     ("operator", "SELECT data FROM surface_result_blobs", False),
@@ -189,6 +200,19 @@ async def test_each_role_may_do_what_its_process_does_and_nothing_else(
         if granted != allowed:
             wrong.append(f"{process}: {statement} -> {'allowed' if granted else 'refused'}")
     assert not wrong, "\n".join(wrong)
+
+
+async def test_the_operator_role_cancels_a_running_job_audited(
+    db: Database, queue: QueueClient, logins: dict[str, str]
+) -> None:
+    from dataplane.operator import Operator, cancel
+
+    job = (await submit(queue, "probe", "sleep", {"ms": 1})).job_id
+    await queue.claim("surface-probe", "w1")
+    async with open_database(DatabaseConfig(logins["operator"], pool_size=1), loop=db.loop) as ops:
+        outcome = await cancel(ops, Operator("ops@acme.example", "console"), job)
+    assert outcome.status_before == "in_progress"
+    assert (await queue.get(job)).status == "cancelled"  # type: ignore[union-attr]
 
 
 async def test_a_runtime_process_refuses_a_superuser_or_the_owner(

@@ -131,7 +131,8 @@ def test_a_surface_id_that_cannot_name_its_queues_is_refused_at_declaration(
     longest = surface(op, id="x" * 42)  # the longest that fits: every tier's names do
     for suffix in ("", "-dev"):
         qt = longest.queue_type(suffix)
-        assert max(len(n.encode()) for n in (qt.name, qt.done_channel, qt.wake_channel)) <= 63
+        names = (qt.name, qt.done_channel, qt.wake_channel, qt.progress_channel, qt.cancel_channel)
+        assert max(len(n.encode()) for n in names) <= 63
     assert len(longest.queue_type("-dev").wake_channel) == 63
 
 

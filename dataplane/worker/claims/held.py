@@ -6,7 +6,9 @@ and where it stands. The claimer adds it; the executor hands it off
 completer (a renewal that misses it then is the completion landing, not a lost
 claim) and marks it ``finished`` once its row is written or the write was refused
 (the lease keeper stops renewing it); the lease keeper marks it ``lost`` and
-cancels it when a renewal finds an unfinishing claim gone, and the deadline keeper
+cancels it when a renewal finds an unfinishing claim gone (and so, at once, does an
+operator's cancel of its row, :mod:`dataplane.worker.claims.cancels`, marking it
+``cancelled`` too), and the deadline keeper
 (:mod:`dataplane.worker.pipeline.deadlines`) marks it ``timed_out`` and cancels it when its
 execution runs past its ``deadline``.
 
@@ -48,6 +50,7 @@ class Running:
     finishing: bool = False  # handed to the completer: a missed renewal is not a loss
     finished: bool = False  # its row was written (or the write was refused)
     lost: bool = False  # a renewal found the claim gone: its work is dropped
+    cancelled: bool = False  # an operator cancelled the row (lost too: its work is dropped)
     deadline: float = math.inf  # Trio time its execution must end by (while it executes)
     timed_out: bool = False  # cancelled at its deadline (see dataplane.worker.pipeline.deadlines)
 

@@ -51,7 +51,8 @@ class LeaseKeeper:
             return
         self.renewals += 1
         for running in held:
-            if running.job.id not in kept and not (running.finishing or running.finished):
+            gone = running.finishing or running.finished or running.lost  # or cancelled
+            if running.job.id not in kept and not gone:
                 job = running.job
                 log.warning(
                     "job %s (%s, attempt %d): lease lost; cancelling its execution",

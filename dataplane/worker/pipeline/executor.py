@@ -9,8 +9,10 @@ Outcomes (:class:`~telemetry.report.Outcome`): an ``HttpError`` (or
 a malformed envelope, a 400) completes the job with an error payload, ``error``;
 any other exception fails it, ``failed`` (retried after the backoff) or
 ``poison`` (at the cutoff); a fenced-out write, or a renewal that found the
-claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
-cancelled by shutdown past the grace period is handed back, ``released``. A
+claim gone, means the lease was lost, ``lost``, and the work is dropped; a job an
+operator cancelled (:mod:`dataplane.worker.claims.cancels`) is dropped alike, its row
+already final, ``cancelled``; a job cancelled by shutdown past the grace period is
+handed back, ``released``. A
 queue DB out of reach when the outcome is written leaves the row to its lease.
 
 Each attempt runs in its ``process`` span; a failed attempt's span is ERROR with
@@ -63,6 +65,7 @@ class ExecutorCounters:
     failed: int = 0
     poisoned: int = 0
     lost: int = 0
+    cancelled: int = 0
     released: int = 0
     coalesced: int = 0
     cache_hits: int = 0
@@ -109,7 +112,12 @@ class JobExecutor:
             with attempt.current():
                 result = await self._execute(running, attempt)
                 attempt.ended_as(result)
-            if running.lost:  # cancelled by a renewal, or its write fenced out
+            if running.cancelled:  # by an operator: its row is final already
+                result = JobResult(
+                    Outcome.CANCELLED, result.operation, result.cache, result.coalesced, "Cancelled"
+                )
+                self.counters.cancelled += 1
+            elif running.lost:  # cancelled by a renewal, or its write fenced out
                 result = JobResult(
                     Outcome.LOST, result.operation, result.cache, result.coalesced, "LeaseLost"
                 )
@@ -161,7 +169,11 @@ class JobExecutor:
             )
             outcome = Outcome.DONE
         except _ClaimLost:
-            # A renewal found the claim gone and cancelled the execution: drop the work.
+            # A renewal found the claim gone, or an operator cancelled the row, and
+            # cancelled the execution: drop the work.
+            if running.cancelled:
+                attempt.cancelled()
+                return JobResult(Outcome.CANCELLED, operation, cache, error_type="Cancelled")
             attempt.lease_lost()
             return JobResult(Outcome.LOST, operation, cache, error_type="LeaseLost")
         except ResultInvalid as exc:

@@ -231,6 +231,12 @@ class Attempt:
             self.span.add_event("LEASE_LOST", attempt_event(self.job))
             failed(self.span, "LEASE_LOST", "a renewal found the claim gone")
 
+    def cancelled(self) -> None:
+        """An operator cancelled the row and the worker its execution."""
+        if self.span.is_recording():
+            self.span.add_event("CANCELLED", attempt_event(self.job))
+            failed(self.span, "CANCELLED", "an operator cancelled the job")
+
     def failed(self, exc: Exception) -> None:
         """The handler (or the job's checks) raised: the attempt failed."""
         if self.span.is_recording():
