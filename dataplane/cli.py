@@ -8,7 +8,6 @@ import logging
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict
 from typing import Any
 
 import trio
@@ -18,7 +17,8 @@ from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env
 from dataplane.db import Database, open_bridge, with_params
 from dataplane.deploy import command as deploy_command
-from dataplane.queue import STATUSES, QueueClient, QueueConfig, open_queue_database
+from dataplane.operator import commands as operator_commands
+from dataplane.queue import QueueClient, QueueConfig, open_queue_database
 from dataplane.queue import roles as roles_command
 from dataplane.queue.migrations import migrate
 from telemetry.logs import configure_logging
@@ -35,37 +35,6 @@ async def _cmd_migrate(args: argparse.Namespace) -> int:
         applied = await migrate(db)
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
     return 0
-
-
-async def _cmd_jobs(args: argparse.Namespace) -> int:
-    async with open_bridge(), _queue_db("jobs") as db:
-        client = QueueClient(db)
-        if args.action == "retry":
-            if not args.job_id:
-                print("dataplane jobs retry: a job id is required", file=sys.stderr)
-                return 2
-            if await client.retry(args.job_id):
-                print(f"job {args.job_id} is pending again")
-                return 0
-            print(f"job {args.job_id} is not poison (or does not exist)", file=sys.stderr)
-            return 1
-        if args.action == "show":
-            job = await client.get(args.job_id)
-            if job is None:
-                print(f"no job {args.job_id}", file=sys.stderr)
-                return 1
-            print(json.dumps(asdict(job), indent=2, default=str))
-            return 0
-        jobs = await client.list_jobs(status=args.status, queue_type=args.type, limit=args.limit)
-        print(f"{'id':36}  {'type':24}  {'status':11}  {'tries':>5}  created / last error")
-        for job in jobs:
-            err = (job.last_error or "").splitlines()[-1:] or [""]
-            print(
-                f"{job.id!s:36}  {job.type:24}  {job.status:11}  "
-                f"{job.dequeue_count:>2}/{job.max_dequeues:<2}  "
-                f"{job.created_at:%Y-%m-%d %H:%M:%S}  {err[0][:60]}"
-            )
-        return 0
 
 
 async def _cmd_worker(args: argparse.Namespace) -> int:
@@ -251,12 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", help="apply sql/ migrations to MAESTRO_QUEUES_URL")
 
-    jobs = sub.add_parser("jobs", help="operators' view of the queue; retry a poison job")
-    jobs.add_argument("action", nargs="?", choices=["list", "show", "retry"], default="list")
-    jobs.add_argument("job_id", nargs="?")
-    jobs.add_argument("--status", choices=STATUSES)
-    jobs.add_argument("--type")
-    jobs.add_argument("--limit", type=int, default=50)
+    operator_commands.add_parsers(sub)  # jobs, queue, audit
 
     sub.add_parser("worker", help="one data worker for SURFACE_QUEUE_TYPE")
 
@@ -318,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-OPENS_DATABASES = frozenset({"migrate", "jobs", "maintenance", "demo-db", "invalidate", "dev"})
+OPENS_DATABASES = frozenset(
+    {"migrate", "jobs", "queue", "audit", "maintenance", "demo-db", "invalidate", "dev"}
+)
 SYNC_COMMANDS = {
     "token": _cmd_token,
     "dev": _cmd_dev,
@@ -331,7 +297,7 @@ COMMANDS = {
     "bff": _cmd_bff,
     "capcom": _cmd_capcom,
     "migrate": _cmd_migrate,
-    "jobs": _cmd_jobs,
+    **operator_commands.COMMANDS,
     "worker": _cmd_worker,
     "maintenance": _cmd_maintenance,
     "demo-db": _cmd_demo_db,

@@ -65,6 +65,8 @@ BEGIN
     -- Flow control: a claim with bounds locks its operations' rows (FOR UPDATE needs
     -- UPDATE) and creates them on first use.
     GRANT SELECT, INSERT, UPDATE ON maestro_flow TO dataplane_worker;
+    -- Pause (issue 41): the claim reads whether its type is paused.
+    GRANT SELECT ON maestro_paused TO dataplane_worker;
     IF current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_worker';
     END IF;
@@ -100,5 +102,13 @@ BEGIN
         TO dataplane_operator;
     GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
+    -- Bulk retry (poison -> pending: the columns job_retry resets, no other), discard
+    -- (finished rows and their blobs: a blob's ids only, never its bytes), pause and
+    -- resume (a row of maestro_paused; it may not rewrite who paused it or when).
+    GRANT UPDATE (status, dequeue_count, available_at, locked_by, lease_expires_at,
+                  completed_at, claimed_at, progress) ON maestro_queues TO dataplane_operator;
+    GRANT DELETE ON maestro_queues TO dataplane_operator;
+    GRANT SELECT (id, job_id), DELETE ON surface_result_blobs TO dataplane_operator;
+    GRANT INSERT (type, paused_by), DELETE ON maestro_paused TO dataplane_operator;
 END
 $roles$;

@@ -39,6 +39,7 @@ from telemetry.observed import (
     observe_depth,
     observe_listeners,
     observe_oldest,
+    observe_paused,
     observe_pool_connections,
     observe_pool_pending,
     observe_waiters,
@@ -86,15 +87,7 @@ REASON = "dataplane.reason"
 OUTCOMES = ("done", "error", "failed", "poison", "lost", "released", "cancelled")  # Outcome
 POISON_REASONS = ("failed", "lease_lapsed")  # the fail at the cutoff; a lapsed last lease
 FENCED_WRITES = ("complete", "fail")
-CAPCOM_DROP_REASONS = (
-    "queue_full",
-    "timeout",
-    "refused",
-    "rejected",
-    "error",
-    "invalid",
-    "shutdown",
-)
+CAPCOM_DROP_REASONS = tuple("queue_full timeout refused rejected error invalid shutdown".split())
 REFUSAL_SCOPES = ("type", "client")
 QUEUE_STATES = ("ready", "backing_off", "running", "lease_lapsed", "poison")
 
@@ -260,6 +253,12 @@ def _observed_gauges(meter: Meter) -> None:
         unit="s",
         description="Age of the oldest claimable row since it became claimable, by queue "
         "type (0: none), sampled by one elected worker",
+    )
+    meter.create_observable_gauge(
+        "dataplane.queue.paused",
+        callbacks=[observe_paused],
+        unit="1",
+        description="1 while a queue type is paused (its claims take nothing), 0 otherwise",
     )
     meter.create_observable_gauge(
         "dataplane.listen.connected",

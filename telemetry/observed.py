@@ -140,6 +140,7 @@ def observe_pool_pending(_: CallbackOptions) -> Iterable[Observation]:
 class _QueueSample:
     depth: Mapping[tuple[str, str], int] = {}
     oldest: Mapping[str, float] = {}
+    paused: frozenset[str] = frozenset()  # queue types whose claims take nothing
     expires = 0.0  # time.monotonic() past which the sample is withdrawn
 
 
@@ -147,13 +148,18 @@ _sample = _QueueSample()
 
 
 def publish_queue_sample(
-    depth: Mapping[tuple[str, str], int], oldest: Mapping[str, float], *, valid_for: float
+    depth: Mapping[tuple[str, str], int],
+    oldest: Mapping[str, float],
+    *,
+    valid_for: float,
+    paused: Iterable[str] = (),
 ) -> None:
     """The sampler's latest reading (where the maintenance leader leads): rows by (queue
-    type, state), and the oldest claimable row's age by queue type; exported until
-    ``valid_for`` seconds from now."""
+    type, state), the oldest claimable row's age by queue type, and the paused types;
+    exported until ``valid_for`` seconds from now."""
     with _lock:
         _sample.depth, _sample.oldest = dict(depth), dict(oldest)
+        _sample.paused = frozenset(paused)
         _sample.expires = time.monotonic() + valid_for
 
 
@@ -161,6 +167,7 @@ def withdraw_queue_sample() -> None:
     """This process no longer samples (it lost the election, or stopped)."""
     with _lock:
         _sample.depth, _sample.oldest, _sample.expires = {}, {}, 0.0
+        _sample.paused = frozenset()
 
 
 def current_queue_sample() -> tuple[Mapping[tuple[str, str], int], Mapping[str, float]]:
@@ -182,3 +189,12 @@ def observe_depth(_: CallbackOptions) -> Iterable[Observation]:
 def observe_oldest(_: CallbackOptions) -> Iterable[Observation]:
     _depth, oldest = current_queue_sample()
     return [Observation(age, {QUEUE_TYPE: queue_type}) for queue_type, age in oldest.items()]
+
+
+def observe_paused(_: CallbackOptions) -> Iterable[Observation]:
+    """1 for a paused queue type, 0 for every other sampled one."""
+    with _lock:
+        if time.monotonic() > _sample.expires:
+            return []
+        types, paused = set(_sample.oldest) | _sample.paused, _sample.paused
+    return [Observation(int(t in paused), {QUEUE_TYPE: t}) for t in sorted(types)]

@@ -5,8 +5,9 @@ where it leads: every ``interval`` seconds it reads rows by queue type and state
 (``ready``, ``backing_off``, ``running``, ``lease_lapsed``, ``poison``) and the age of
 each type's oldest claimable row since it became claimable, in one statement, and
 publishes them as the ``dataplane.queue.depth`` and ``dataplane.queue.oldest_ready_age``
-gauges. So the fleet runs one sample per interval whatever its size, and one process
-exports the gauges (no double counting, no stale copies). A type that was seen keeps
+gauges, and the paused types (``maestro_paused``) as ``dataplane.queue.paused``. So
+the fleet runs one sample per interval whatever its size, and one process exports the
+gauges (no double counting, no stale copies). A type that was seen keeps
 reporting zeros once empty, so its series never just vanish. A published sample
 expires after a few intervals; when a sample fails (the database went away) it is
 withdrawn at once, and a sampler that stops (its leader stepped down) withdraws it too,
@@ -65,14 +66,18 @@ class QueueSampler:
 
     async def sample_once(self) -> None:
         rows = await self.db.fetchall(q("queue_depth_sample"))
+        paused = {row["type"] for row in rows if row["state"] == "paused"}
+        rows = [row for row in rows if row["state"] != "paused"]
         self.types.update(row["type"] for row in rows)
+        self.types.update(paused)
         depth = {(t, state): 0 for t in self.types for state in QUEUE_STATES}
         oldest = dict.fromkeys(self.types, 0.0)
         for row in rows:
             depth[(row["type"], row["state"])] = int(row["n"])
             if row["state"] in CLAIMABLE:
                 oldest[row["type"]] = max(oldest[row["type"]], float(row["oldest_seconds"]))
-        publish_queue_sample(depth, oldest, valid_for=SAMPLE_VALID_INTERVALS * self.interval)
+        valid_for = SAMPLE_VALID_INTERVALS * self.interval
+        publish_queue_sample(depth, oldest, valid_for=valid_for, paused=paused)
         self.samples += 1
         self._sampled.set()
         self._sampled = trio.Event()

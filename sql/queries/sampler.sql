@@ -3,8 +3,9 @@
 
 -- name: queue_depth_sample
 -- Live rows by type and state, with the oldest claimable row's age since it became
--- claimable, and poison rows by type: two index scans (maestro_queues_claim and
--- maestro_queues_finished_at), never the done rows.
+-- claimable, poison rows by type, and the paused types (state 'paused', n = 1): two index
+-- scans (maestro_queues_claim and maestro_queues_finished_at), never the done rows, and
+-- the few rows of maestro_paused.
 SELECT type,
        CASE
            WHEN status = 'pending' AND available_at <= now() THEN 'ready'
@@ -21,4 +22,7 @@ UNION ALL
 SELECT type, 'poison', count(*), 0::float8
 FROM maestro_queues
 WHERE status = 'poison'
-GROUP BY type;
+GROUP BY type
+UNION ALL
+SELECT type, 'paused', 1, 0::float8
+FROM maestro_paused;

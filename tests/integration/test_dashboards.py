@@ -501,6 +501,7 @@ GAUGES = [
     "dataplane_waiters",
     "dataplane_queue_depth",
     "dataplane_queue_oldest_ready_age_seconds",
+    "dataplane_queue_paused",
     "dataplane_listen_connected",
     "dataplane_db_pool_connections",
     "db_client_connection_pending_requests",

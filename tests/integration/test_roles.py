@@ -50,6 +50,7 @@ REPORT = (
     " queue_wait_ms, cache, coalesced, dequeue_count, worker_id, finished_at)"
     " VALUES (gen_random_uuid(), 't', 'op', 'done', 1, 1, 1, 1, 'miss', false, 1, 'w', now())"
 )
+PAUSED_READ = "SELECT 1 FROM maestro_paused WHERE type = 'surface-probe'"
 ELECT = "INSERT INTO dataplane_elections (name, holder, until) VALUES ('x', 'h', now())"
 DENIED_TO_ALL = [
     "ALTER TABLE maestro_queues ADD COLUMN extra int",
@@ -139,7 +140,6 @@ CASES: list[tuple[str, str, bool]] = [
         True,
     ),
     ("operator", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
-    ("operator", f"UPDATE maestro_queues SET locked_by = 'w9' WHERE id = {JOB}", False),
     ("operator", f"UPDATE maestro_queues SET payload = '{{}}' WHERE id = {JOB}", False),
     ("operator", ENQUEUE, False),
     ("operator", "UPDATE dataplane_audit SET rows = 9", False),
@@ -149,6 +149,50 @@ CASES: list[tuple[str, str, bool]] = [
     ("operator", "SELECT * FROM maestro_flow", False),
     ("worker", "SELECT * FROM dataplane_audit", False),
     ("bff", "SELECT * FROM dataplane_audit", False),
+    # Operators' actions (migration 0018): bulk retry and discard, pause and resume.
+    ("worker", "SELECT type FROM maestro_paused", True),  # the claim reads it
+    ("worker", "INSERT INTO maestro_paused (type, paused_by) VALUES ('surface-x', 'w')", False),
+    ("worker", "DELETE FROM maestro_paused", False),
+    ("bff", "SELECT type FROM maestro_paused", False),
+    ("bff", "INSERT INTO maestro_paused (type, paused_by) VALUES ('surface-x', 'b')", False),
+    ("viewer", "DELETE FROM maestro_paused", False),
+    ("operator", PAUSED_READ, True),
+    (
+        "operator",
+        "UPDATE maestro_queues SET status = 'pending', dequeue_count = 0, available_at = now(),"
+        " locked_by = NULL, lease_expires_at = NULL, completed_at = NULL, claimed_at = NULL,"
+        f" progress = NULL WHERE id = {JOB}",
+        True,
+    ),
+    ("operator", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
+    ("operator", f"UPDATE maestro_queues SET payload = '{{}}' WHERE id = {JOB}", False),
+    ("operator", f"UPDATE maestro_queues SET last_error = 'x' WHERE id = {JOB}", False),
+    ("operator", f"UPDATE maestro_queues SET requesters = 9 WHERE id = {JOB}", False),
+    ("operator", ENQUEUE, False),
+    ("operator", "DELETE FROM maestro_queues WHERE status = 'poison'", True),
+    ("operator", "DELETE FROM surface_result_blobs WHERE job_id = gen_random_uuid()", True),
+    ("operator", "SELECT id, job_id FROM surface_result_blobs", True),
+    (
+        "operator",
+        "INSERT INTO surface_result_blobs (job_id, content_type, data, size,"
+        " expires_at) VALUES (gen_random_uuid(), 't', 'x', 1, now())",
+        False,
+    ),
+    (
+        "operator",
+        "INSERT INTO maestro_paused (type, paused_by) VALUES ('surface-x', 'o')"
+        " ON CONFLICT (type) DO NOTHING",
+        True,
+    ),
+    ("operator", "DELETE FROM maestro_paused WHERE type = 'surface-x'", True),
+    ("operator", "UPDATE maestro_paused SET paused_by = 'someone else'", False),
+    (
+        "operator",
+        "INSERT INTO maestro_paused (type, paused_at, paused_by)"
+        " VALUES ('surface-x', now() - interval '1 day', 'o')",
+        False,
+    ),
+    ("operator", "UPDATE maestro_flow SET type = type", False),
 ]
 CASES += [(process, stmt, False) for process in GROUPS for stmt in DENIED_TO_ALL]
 

@@ -64,3 +64,21 @@ async def test_a_sampler_withdraws_its_gauges_when_its_leader_stops_it(
     scope.cancel()
     await wait_until(lambda: not sampler.sampling, within=10)
     assert not current_queue_sample()[0]  # a leader that stepped down exports nothing
+
+
+async def test_a_paused_type_is_a_gauge_of_its_own(
+    db: Database, queue: QueueClient, nursery: trio.Nursery
+) -> None:
+    """dataplane.queue.paused: 1 for a paused type, 0 for the other sampled ones (issue 41)."""
+    from dataplane.operator import Operator, pause
+    from telemetry.observed import observe_paused
+
+    await submit(queue, "probe", "echo", {"value": 1})
+    await pause.pause(db, Operator.cli(), "surface-users")  # paused with no rows at all
+    sampler = QueueSampler(db, interval=INTERVAL)
+    nursery.start_soon(sampler.run)
+    with trio.fail_after(10):
+        await sampler.wait_sampled()
+    seen = {o.attributes["messaging.destination.name"]: o.value for o in observe_paused(None)}  # type: ignore[arg-type,index]
+    assert seen == {"surface-probe": 0, "surface-users": 1}
+    assert ("surface-users", "ready") in current_queue_sample()[0]  # reported, at zero

@@ -147,7 +147,11 @@ def test_the_claim_functions_constant_bound_is_the_largest_claim_batch() -> None
     is estimated for tens of rows); no claim the client allows may ask for more."""
     from dataplane.queue.client import MAX_CLAIM_BATCH
 
-    for migration in ("0008_claim_function.sql", "0015_flow_control.sql"):
+    for migration in (
+        "0008_claim_function.sql",
+        "0015_flow_control.sql",
+        "0018_operator_actions.sql",
+    ):
         text = (sql_root() / "migrations" / migration).read_text()
         body = text[text.index("AS $claim$") :]
         bounds = {int(n) for n in re.findall(r"LIMIT (\d+)", body)} - {1}  # LIMIT 1: a probe

@@ -1,0 +1,158 @@
+"""The operator commands as an operator runs them (issue 41): ``dataplane jobs retry``
+and ``discard`` by filter, ``dataplane queue pause/resume/list`` with a real worker
+process, ``dataplane audit``: each a subprocess on the test's queue DB."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from dataplane.operator import list_audit
+from dataplane.queue import QueueClient
+from tests.conftest import wait_until
+from tests.helpers import WorkerProcess, submit
+
+
+async def cli(dsn: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "dataplane", *args],
+        env={**os.environ, "MAESTRO_QUEUES_URL": dsn},
+        stdin=stdin,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+async def poisoned(queue: QueueClient, n: int, *, suffix: str = "") -> list[uuid.UUID]:
+    ids = []
+    for i in range(n):
+        job = await submit(queue, "probe", "echo", {"value": f"{suffix}{i}"}, suffix=suffix)
+        ids.append(job.job_id)
+    await queue.db.execute(
+        "UPDATE maestro_queues SET status = 'poison', completed_at = now(),"
+        " dequeue_count = max_dequeues WHERE id = ANY(%(ids)s)",
+        {"ids": ids},
+    )
+    return ids
+
+
+async def status_of(queue: QueueClient, job_id: uuid.UUID) -> str:
+    row = await queue.db.fetchone(
+        "SELECT status FROM maestro_queues WHERE id = %(id)s", {"id": job_id}
+    )
+    return "gone" if row is None else str(row["status"])
+
+
+async def test_a_bulk_retry_counts_asks_and_retries_one_type(
+    queue: QueueClient, queue_dsn: str
+) -> None:
+    probe = await poisoned(queue, 3)
+    dev = await poisoned(queue, 2, suffix="-dev")
+    args = ("jobs", "retry", "--status", "poison", "--type", "surface-probe")
+
+    dry = await cli(queue_dsn, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.decode().startswith("3 job(s) would be retried")
+    assert await list_audit(queue.db) == []
+
+    refused = await cli(queue_dsn, *args, stdin=b"n\n")  # asks, naming the count
+    assert refused.returncode == 1 and b"retry 3 job(s)? [y/N]" in refused.stdout
+    assert {await status_of(queue, i) for i in probe} == {"poison"}
+
+    done = await cli(queue_dsn, *args, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "3 job(s) retried"
+    assert {await status_of(queue, i) for i in probe} == {"pending"}
+    assert {await status_of(queue, i) for i in dev} == {"poison"}  # another tier
+    [row] = await list_audit(queue.db)
+    assert (row.action, row.rows, row.via) == ("retry", 3, "cli")
+    assert row.actor.startswith("cli:") and row.target["queue_type"] == "surface-probe"
+
+    again = await cli(queue_dsn, *args, "--yes")  # nothing matches now
+    assert again.returncode == 0 and again.stdout.startswith(b"0 job(s) match")
+    assert len(await list_audit(queue.db)) == 1
+
+    listed = await cli(queue_dsn, "audit")
+    assert (
+        listed.returncode == 0 and b"retry" in listed.stdout and b"surface-probe" in listed.stdout
+    )
+
+
+async def test_discard_and_one_job_retry_through_the_cli(
+    queue: QueueClient, queue_dsn: str
+) -> None:
+    first, second = await poisoned(queue, 2)
+    one = await cli(queue_dsn, "jobs", "retry", str(first))  # as before issue 41
+    assert one.returncode == 0 and b"pending again" in one.stdout
+    gone = await cli(queue_dsn, "jobs", "discard", "--type", "surface-probe", stdin=b"y\n")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.decode().strip().endswith("1 job(s) discarded")
+    assert (await status_of(queue, first), await status_of(queue, second)) == ("pending", "gone")
+    assert [r.action for r in await list_audit(queue.db)] == ["discard", "retry"]
+
+
+async def test_bad_input_is_one_line_and_exit_2(queue_dsn: str) -> None:
+    for args in (
+        ("jobs", "retry", "--status", "failed", "--dry-run"),
+        ("jobs", "discard", "--type", "probe", "--dry-run"),
+        ("jobs", "discard", "--status", "pending", "--dry-run"),
+        ("jobs", "retry", "--since", "yesterday", "--dry-run"),
+        ("queue", "pause", "not-a-type"),
+    ):
+        done = await cli(queue_dsn, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.decode().strip().splitlines()) == 1, done.stderr
+
+
+async def test_a_paused_type_keeps_its_job_pending_until_resumed(
+    queue: QueueClient, queue_dsn: str, spawn_worker: Callable[..., Any]
+) -> None:
+    worker: WorkerProcess = await spawn_worker("surface-probe")
+    paused = await cli(queue_dsn, "queue", "pause", "surface-probe")
+    assert paused.returncode == 0 and paused.stdout.strip() == b"surface-probe paused"
+    listing = await cli(queue_dsn, "queue", "list")
+    assert listing.stdout.startswith(b"surface-probe") and b"cli:" in listing.stdout
+
+    job = (await submit(queue, "probe", "echo", {"value": "while paused"})).job_id
+    depth = await queue.db.fetchone("SELECT maestro_queue_depth('surface-probe') AS n")
+    assert depth is not None and depth["n"] == 0
+    for _ in range(5):  # the worker is up and woken by the enqueue: it must not claim
+        assert await status_of(queue, job) == "pending"
+        await trio.sleep(0.2)
+    row = await queue.db.fetchone(
+        "SELECT dequeue_count FROM maestro_queues WHERE id = %(id)s", {"id": job}
+    )
+    assert row is not None and row["dequeue_count"] == 0
+
+    resumed = await cli(queue_dsn, "queue", "resume", "surface-probe")
+    assert resumed.returncode == 0 and resumed.stdout.strip() == b"surface-probe resumed"
+
+    async def finished() -> bool:
+        return await status_of(queue, job) == "done"
+
+    await wait_until(finished, within=20)
+    assert worker.proc.poll() is None
+    assert [r.action for r in await list_audit(queue.db)] == ["resume", "pause"]
+
+
+async def test_jobs_cancel_ends_a_pending_job_once_and_is_audited(
+    queue: QueueClient, queue_dsn: str
+) -> None:
+    job = await submit(queue, "probe", "echo", {"value": "cancel me"})
+    done = await cli(queue_dsn, "jobs", "cancel", str(job.job_id))
+    assert done.returncode == 0, done.stderr
+    assert f"job {job.job_id} cancelled" in done.stdout.decode()
+    assert await status_of(queue, job.job_id) == "cancelled"
+    again = await cli(queue_dsn, "jobs", "cancel", str(job.job_id))
+    assert again.returncode == 1 and "cancelled" in again.stderr.decode()
+    missing = await cli(queue_dsn, "jobs", "cancel")
+    assert missing.returncode == 2 and "needs a job id" in missing.stderr.decode()
+    (row,) = [r for r in await list_audit(queue.db) if r.action == "cancel"]
+    assert row.target == {"jobId": str(job.job_id)} and row.rows == 1 and row.via == "cli"
