@@ -178,8 +178,8 @@ async def _cmd_invalidate(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    from dataplane.bff.auth.verifier import mint_token
-    from dataplane.bff.config import JwtConfig
+    from dataplane.auth.config import JwtConfig
+    from dataplane.auth.verifier import mint_token
     from dataplane.core.errors import ConfigError
 
     jwt = from_env(JwtConfig)

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import RSAAlgorithm
 
-from dataplane.bff.auth.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
-from dataplane.bff.auth.jwks import JWKS_ALGORITHMS, usable_keys
-from dataplane.bff.auth.verifier import JwtVerifier
+from dataplane.auth.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
+from dataplane.auth.jwks import JWKS_ALGORITHMS, usable_keys
+from dataplane.auth.verifier import JwtVerifier
 from dataplane.core.errors import ConfigError
 from dataplane.http import ends_response
 

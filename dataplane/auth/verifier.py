@@ -4,15 +4,15 @@
 configuration: HS256 with ``DATAPLANE_JWT_SECRET``, or RS256 / ES256 with the PEM
 ``DATAPLANE_JWT_PUBLIC_KEY`` (the key's type picks which), or the public keys of
 an identity provider's JWKS (``DATAPLANE_JWT_JWKS_URL``,
-:class:`~dataplane.bff.auth.jwks.JwksKeys`: each key with its own asymmetric algorithm,
+:class:`~dataplane.auth.jwks.JwksKeys`: each key with its own asymmetric algorithm,
 ``kid`` required). ``none`` is never
 accepted, ``exp`` is required (30 s leeway), ``aud``/``iss`` are checked when
 configured, and the claims the envelope needs must be present and well typed;
 no claim may hold NUL or an unpaired surrogate (one 401 message for all:
-:mod:`dataplane.bff.auth.claims`).
+:mod:`dataplane.auth.claims`).
 Every failure is an :class:`AuthError` (HTTP 401) that says what was wrong.
 A token that passed every check is remembered until its ``exp``
-(:class:`~dataplane.bff.auth.token_cache.VerifiedTokens`): the browser's next request
+(:class:`~dataplane.auth.token_cache.VerifiedTokens`): the browser's next request
 with it costs a keyed hash and a dict lookup, not a second verification.
 """
 
@@ -25,12 +25,12 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from dataplane.bff.auth.claims import AuthError as AuthError  # re-exported: imported from here
-from dataplane.bff.auth.claims import auth_from_claims
-from dataplane.bff.auth.claims import mint_token as mint_token  # re-exported: imported from here
-from dataplane.bff.auth.jwks import JwksKeys
-from dataplane.bff.auth.token_cache import TokenExpired, VerifiedTokens
-from dataplane.bff.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.auth.claims import AuthError as AuthError  # re-exported: imported from here
+from dataplane.auth.claims import auth_from_claims
+from dataplane.auth.claims import mint_token as mint_token  # re-exported: imported from here
+from dataplane.auth.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.auth.jwks import JwksKeys
+from dataplane.auth.token_cache import TokenExpired, VerifiedTokens
 from dataplane.core.errors import ConfigError
 from dataplane.queue.envelope import Auth
 
