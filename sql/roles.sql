@@ -94,6 +94,9 @@ BEGIN
                     dataplane_migrations
         TO dataplane_operator;
     GRANT INSERT ON dataplane_audit TO dataplane_operator;
+    -- A job's page shows its blobs' heads (size, type, expiry), never their bytes.
+    GRANT SELECT (id, job_id, content_type, size, created_at, expires_at)
+        ON surface_result_blobs TO dataplane_operator;
     GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
 END
