@@ -68,7 +68,7 @@ from bench.harness.procs import (
 )
 from bench.harness.result import Result, interruptible
 from bench.harness.stack import migrate_schema, stack_env, start_bff, wait_serving
-from dataplane.bff.auth.verifier import mint_token
+from dataplane.auth.verifier import mint_token
 from dataplane.compat import install_process
 from dataplane.db import DatabaseConfig, open_bridge, open_database
 from dataplane.maintenance.retention import RetentionConfig, reap_once

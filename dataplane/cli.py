@@ -67,13 +67,18 @@ async def _cmd_capcom(args: argparse.Namespace) -> int:
     return await _serve("dataplane.capcom.app:app", args)
 
 
+async def _cmd_console(args: argparse.Namespace) -> int:
+    return await _serve("dataplane.console.app:app", args)
+
+
 async def _serve(target: str, args: argparse.Namespace) -> int:
     """Serve ``target`` in this process until SIGINT/SIGTERM (then 0); an exception
     that ends the server propagates, so the process exits non-zero."""
     from dataplane.http import ServeConfig, serve_app
 
     config = from_env(ServeConfig)
-    default_bind = config.bff_bind if args.command == "bff" else config.capcom_bind
+    binds = {"bff": config.bff_bind, "capcom": config.capcom_bind}
+    default_bind = binds.get(args.command, config.console_bind)
     await serve_app(
         target,
         bind=args.bind or [default_bind],
@@ -147,8 +152,8 @@ async def _cmd_invalidate(args: argparse.Namespace) -> int:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    from dataplane.bff.auth.verifier import mint_token
-    from dataplane.bff.config import JwtConfig
+    from dataplane.auth.config import JwtConfig
+    from dataplane.auth.verifier import mint_token
     from dataplane.core.errors import ConfigError
 
     jwt = from_env(JwtConfig)
@@ -189,6 +194,7 @@ def _add_serve_parsers(sub: Any) -> None:
     for role, what, bind in (
         ("bff", "the surface BFF", "DATAPLANE_BIND, else 127.0.0.1:8000"),
         ("capcom", "the telemetry receiver", "DATAPLANE_CAPCOM_BIND, else 127.0.0.1:8001"),
+        ("console", "the operator console", "DATAPLANE_CONSOLE_BIND, else 127.0.0.1:8002"),
     ):
         serve = sub.add_parser(
             role,
@@ -296,6 +302,7 @@ SYNC_COMMANDS = {
 COMMANDS = {
     "bff": _cmd_bff,
     "capcom": _cmd_capcom,
+    "console": _cmd_console,
     "migrate": _cmd_migrate,
     **operator_commands.COMMANDS,
     "worker": _cmd_worker,

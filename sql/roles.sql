@@ -100,6 +100,9 @@ BEGIN
     -- UPDATE) and the columns its statement writes, no other.
     GRANT UPDATE (status, completed_at, lease_expires_at) ON maestro_queues
         TO dataplane_operator;
+    -- A job's page shows its blobs' heads (size, type, expiry), never their bytes.
+    GRANT SELECT (id, job_id, content_type, size, created_at, expires_at)
+        ON surface_result_blobs TO dataplane_operator;
     GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
     -- Bulk retry (poison -> pending: the columns job_retry resets, no other), discard
@@ -108,7 +111,7 @@ BEGIN
     GRANT UPDATE (status, dequeue_count, available_at, locked_by, lease_expires_at,
                   completed_at, claimed_at, progress) ON maestro_queues TO dataplane_operator;
     GRANT DELETE ON maestro_queues TO dataplane_operator;
-    GRANT SELECT (id, job_id), DELETE ON surface_result_blobs TO dataplane_operator;
+    GRANT DELETE ON surface_result_blobs TO dataplane_operator;
     GRANT INSERT (type, paused_by), DELETE ON maestro_paused TO dataplane_operator;
 END
 $roles$;

@@ -145,7 +145,7 @@ def token(
     secret: str = JWT_SECRET,
     **extra: Any,
 ) -> str:
-    from dataplane.bff.auth.verifier import mint_token
+    from dataplane.auth.verifier import mint_token
 
     return mint_token(
         secret,

@@ -20,7 +20,7 @@ import trio
 from bench.harness.common import summary_ms
 from bench.harness.procs import CpuMeter, cpu_ms_per_op
 from bench.harness.stack import HOST, JWT_SECRET
-from dataplane.bff.auth.verifier import mint_token
+from dataplane.auth.verifier import mint_token
 
 Headers = Mapping[str, str] | None
 

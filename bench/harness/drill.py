@@ -42,7 +42,7 @@ import trio
 
 from bench.harness.procs import WORKER_ARGV, Child, Children
 from bench.harness.stack import HOST, JWT_SECRET, Hypercorn, stack_env, start_bff, wait_serving
-from dataplane.bff.auth.claims import mint_token
+from dataplane.auth.claims import mint_token
 from dataplane.dev.ha import HACluster
 
 PROBE_EVERY = 0.1  # seconds between write probes and between /readyz checks

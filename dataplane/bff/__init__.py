@@ -3,7 +3,7 @@
 * :mod:`~dataplane.bff.app`: the Quart-Trio app and its lifespan;
 * :mod:`~dataplane.bff.config`: its configuration;
 * :mod:`~dataplane.bff.routes`: the routes (enqueue, stream, poll, blob, health, ...);
-* :mod:`~dataplane.bff.auth.verifier`: JWT verification and the signed stream tokens;
+* :mod:`~dataplane.bff.auth.tokens`: the signed stream tokens (JWTs: :mod:`dataplane.auth`);
 * :mod:`~dataplane.bff.jobs`: reading a job for a caller, and a finished job's answer;
 * :mod:`~dataplane.bff.reply.sse`: the Server-Sent Events of one job;
 * :mod:`~dataplane.bff.reply.pump`: the reply pump (LISTEN on done channels, waiters, sweep);

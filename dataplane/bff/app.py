@@ -19,8 +19,8 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 
+from dataplane.auth.verifier import JwtVerifier
 from dataplane.bff.auth.tokens import StreamTokens
-from dataplane.bff.auth.verifier import JwtVerifier
 from dataplane.bff.config import BffConfig
 from dataplane.bff.invalidate import invalidation
 from dataplane.bff.plane import UNHEALTHY_AFTER, BffState, serve_plane
@@ -81,7 +81,7 @@ def create_app() -> QuartTrio:
     @app.before_request
     async def fetch_signing_keys() -> None:
         # JWT verification never does I/O; with a JWKS, a key it will need is fetched
-        # here first (rate-limited: see dataplane.bff.auth.jwks.JwksKeys).
+        # here first (rate-limited: see dataplane.auth.jwks.JwksKeys).
         if state.services is not None:
             await state.services.verifier.prepare(request.headers.get("Authorization", ""))
 

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from quart import request
 
+from dataplane.auth.verifier import AuthError
 from dataplane.bff.auth.tokens import StreamGrant, requester_of
 from dataplane.bff.auth.urls import blob_url
-from dataplane.bff.auth.verifier import AuthError
 from dataplane.bff.plane import BffServices
 from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.http import ApiError, note

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from dataplane.auth.verifier import JwtVerifier
 from dataplane.bff.auth.tokens import StreamTokens
-from dataplane.bff.auth.verifier import JwtVerifier
 from dataplane.bff.backpressure import LiveLoad
 from dataplane.bff.config import BffConfig
 from dataplane.bff.reply.pump import ReplyPump

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import trio
 
-from dataplane.bff.auth.verifier import mint_token
+from dataplane.auth.verifier import mint_token
 from dataplane.core.settings import from_env
 from dataplane.db import (
     DatabaseConfig,

@@ -48,6 +48,7 @@ def route_hypercorn_logs() -> None:
 
 BFF_BIND = "127.0.0.1:8000"
 CAPCOM_BIND = "127.0.0.1:8001"
+CONSOLE_BIND = "127.0.0.1:8002"  # the operator console: loopback unless told otherwise
 KEEP_ALIVE = 75.0  # seconds an idle keep-alive connection is kept (Hypercorn's default: 5)
 SHUTDOWN_GRACE = 5.0  # seconds requests in flight may take after SIGTERM, then they are cut
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -87,10 +88,11 @@ def cancelled_on_stop() -> Iterator[trio.CancelScope]:
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
-    """How ``dataplane bff`` and ``dataplane capcom`` serve (their flags override it)."""
+    """How ``dataplane bff``, ``capcom`` and ``console`` serve (their flags override it)."""
 
     bff_bind: str = setting("DATAPLANE_BIND", BFF_BIND)
     capcom_bind: str = setting("DATAPLANE_CAPCOM_BIND", CAPCOM_BIND, old=("CAPCOM_BIND",))
+    console_bind: str = setting("DATAPLANE_CONSOLE_BIND", CONSOLE_BIND)
     keep_alive_seconds: float = setting("DATAPLANE_KEEP_ALIVE_SECONDS", KEEP_ALIVE, minimum=0)
     shutdown_grace_seconds: float = setting(
         "DATAPLANE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE, minimum=0

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dataplane.bff.auth.claims import AuthError, mint_token
-from dataplane.bff.auth.verifier import JwtVerifier
+from dataplane.auth.claims import AuthError, mint_token
+from dataplane.auth.verifier import JwtVerifier
 from dataplane.http import ApiError
 from dataplane.queue.envelope import Auth
 

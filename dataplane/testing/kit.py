@@ -32,7 +32,7 @@ from typing import Any, cast
 import trio
 from opentelemetry.context import Context
 
-from dataplane.bff.auth.claims import AuthError
+from dataplane.auth.claims import AuthError
 from dataplane.bff.auth.tokens import StreamGrant, StreamTokens, requester_of
 from dataplane.bff.jobs import answer
 from dataplane.bff.plane import BffServices

@@ -23,7 +23,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dataplane.bff.auth.claims import NOT_TEXT
+from dataplane.auth.claims import NOT_TEXT
 from dataplane.dev.embedded import free_port
 from tests.helpers import JWT_SECRET, BffProcess, bearer, token
 

@@ -220,7 +220,7 @@ async def test_one_odd_entry_costs_only_itself_and_is_logged_once_per_document(
         jwk_a,
         jwk_c,
     ]
-    caplog.set_level(logging.WARNING, logger="dataplane.bff.auth.jwks")
+    caplog.set_level(logging.WARNING, logger="dataplane.auth.jwks")
     base, _app, shutdown = await start_bff(nursery)  # boots: the startup fetch keeps a, c
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         assert (await status(http, signed(key_a, "a")))[0] == 202

@@ -111,7 +111,7 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
         )  # fmt: skip
         assert waited.stdout.strip() == "0", (waited, logs(env, "migrate"))
         secret = _env_file(Path(env["DATAPLANE_SECRETS"], "bff.env"))["DATAPLANE_JWT_SECRET"]
-        from dataplane.bff.auth.verifier import mint_token
+        from dataplane.auth.verifier import mint_token
 
         jwt = mint_token(secret, client="acme", sub="1", staff=True, branches=["*"], ttl=600)
         auth = {"Authorization": f"Bearer {jwt}"}

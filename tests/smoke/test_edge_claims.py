@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from dataplane.bff.auth.claims import NOT_TEXT
+from dataplane.auth.claims import NOT_TEXT
 from tests.acceptance.test_edge_claims import BAD_TEXT, base_claims, request_of, signed
 from tests.helpers import bearer
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import RSAAlgorithm
 
-from dataplane.bff.auth.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
-from dataplane.bff.auth.jwks import JWKS_ALGORITHMS, usable_keys
-from dataplane.bff.auth.verifier import JwtVerifier
+from dataplane.auth.claims import NOT_TEXT, AuthError, auth_from_claims, claims_are_text
+from dataplane.auth.jwks import JWKS_ALGORITHMS, usable_keys
+from dataplane.auth.verifier import JwtVerifier
 from dataplane.core.errors import ConfigError
 from dataplane.http import ends_response
 
@@ -123,3 +123,25 @@ def test_the_message_that_ends_a_response() -> None:
     assert not ends_response({"type": "http.response.body", "more_body": True})
     assert not ends_response({"type": "http.response.start", "status": 200})
     assert ends_response({"type": "http.response.trailers", "more_trailers": False})
+
+
+def test_claims_verify_as_verify_does_without_the_envelope_s_claims() -> None:
+    import jwt as pyjwt
+
+    from dataplane.auth.claims import mint_token
+
+    secret = "s" * 32
+    verifier = JwtVerifier.from_settings(secret=secret, public_key=None)
+    tok = mint_token(secret, client="acme", sub="ops", roles=["dataplane:viewer"])
+    assert verifier.claims(tok)["roles"] == ["dataplane:viewer"]
+    bare = pyjwt.encode({"sub": "ops", "exp": 2**31, "roles": []}, secret, algorithm="HS256")
+    assert verifier.claims(bare)["sub"] == "ops"  # no client, staff or branches needed
+    with pytest.raises(AuthError):
+        verifier.verify(bare)  # the BFF's envelope still needs them
+    for bad in (
+        pyjwt.encode({"sub": "ops", "exp": 2**31}, "x" * 32, algorithm="HS256"),
+        pyjwt.encode({"sub": "ops"}, secret, algorithm="HS256"),
+        pyjwt.encode({"sub": "o\x00ps", "exp": 2**31}, secret, algorithm="HS256"),
+    ):
+        with pytest.raises(AuthError):
+            verifier.claims(bad)

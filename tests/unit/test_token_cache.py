@@ -8,8 +8,8 @@ import time
 import jwt
 import pytest
 
-from dataplane.bff.auth.token_cache import VerifiedTokens
-from dataplane.bff.auth.verifier import LEEWAY_SECONDS, AuthError, JwtVerifier, mint_token
+from dataplane.auth.token_cache import VerifiedTokens
+from dataplane.auth.verifier import LEEWAY_SECONDS, AuthError, JwtVerifier, mint_token
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
 

@@ -1,5 +1,3 @@
-"""Who asks: the JWT verifier (:mod:`~dataplane.bff.auth.verifier`) with its keys
-(:mod:`~dataplane.bff.auth.jwks`) and the tokens it already verified
-(:mod:`~dataplane.bff.auth.token_cache`); the claims it reads
-(:mod:`~dataplane.bff.auth.claims`); the URL tokens of a job's routes
-(:mod:`~dataplane.bff.auth.tokens`, :mod:`~dataplane.bff.auth.urls`)."""
+"""The BFF's own side of who asks: the URL tokens of a job's routes
+(:mod:`~dataplane.bff.auth.tokens`, :mod:`~dataplane.bff.auth.urls`). The JWT verifier
+itself is shared with the console: :mod:`dataplane.auth`."""

@@ -23,7 +23,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from dataplane.bff.auth.verifier import LEEWAY_SECONDS, MAX_TOKEN_BYTES, AuthError
+from dataplane.auth.verifier import LEEWAY_SECONDS, MAX_TOKEN_BYTES, AuthError
 from dataplane.core.errors import ConfigError, InvalidArgument
 
 STREAM_TOKEN_TTL = 600  # seconds a stream/poll/blob URL stays valid

@@ -1,7 +1,7 @@
 """The signing keys of an identity provider, fetched from its JWKS URL and cached
 (``DATAPLANE_JWT_JWKS_URL``): see :class:`JwksKeys` for when it fetches, what it
 keeps on a failure and which entries it skips. Verification itself (one algorithm
-per key, ``exp`` and the claims) is :class:`~dataplane.bff.auth.verifier.JwtVerifier`'s.
+per key, ``exp`` and the claims) is :class:`~dataplane.auth.verifier.JwtVerifier`'s.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import httpx
 import jwt
 import trio
 
-from dataplane.bff.auth.claims import AuthError
-from dataplane.bff.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.auth.claims import AuthError
+from dataplane.auth.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
 from dataplane.core.errors import ConfigError
 
 MAX_JWKS_BYTES = 1024 * 1024  # a key set larger than this is refused (kept: the old one)

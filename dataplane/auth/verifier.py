@@ -4,15 +4,15 @@
 configuration: HS256 with ``DATAPLANE_JWT_SECRET``, or RS256 / ES256 with the PEM
 ``DATAPLANE_JWT_PUBLIC_KEY`` (the key's type picks which), or the public keys of
 an identity provider's JWKS (``DATAPLANE_JWT_JWKS_URL``,
-:class:`~dataplane.bff.auth.jwks.JwksKeys`: each key with its own asymmetric algorithm,
+:class:`~dataplane.auth.jwks.JwksKeys`: each key with its own asymmetric algorithm,
 ``kid`` required). ``none`` is never
 accepted, ``exp`` is required (30 s leeway), ``aud``/``iss`` are checked when
 configured, and the claims the envelope needs must be present and well typed;
 no claim may hold NUL or an unpaired surrogate (one 401 message for all:
-:mod:`dataplane.bff.auth.claims`).
+:mod:`dataplane.auth.claims`).
 Every failure is an :class:`AuthError` (HTTP 401) that says what was wrong.
 A token that passed every check is remembered until its ``exp``
-(:class:`~dataplane.bff.auth.token_cache.VerifiedTokens`): the browser's next request
+(:class:`~dataplane.auth.token_cache.VerifiedTokens`): the browser's next request
 with it costs a keyed hash and a dict lookup, not a second verification.
 """
 
@@ -25,12 +25,12 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from dataplane.bff.auth.claims import AuthError as AuthError  # re-exported: imported from here
-from dataplane.bff.auth.claims import auth_from_claims
-from dataplane.bff.auth.claims import mint_token as mint_token  # re-exported: imported from here
-from dataplane.bff.auth.jwks import JwksKeys
-from dataplane.bff.auth.token_cache import TokenExpired, VerifiedTokens
-from dataplane.bff.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.auth.claims import NOT_TEXT, auth_from_claims, claims_are_text
+from dataplane.auth.claims import AuthError as AuthError  # re-exported: imported from here
+from dataplane.auth.claims import mint_token as mint_token  # re-exported: imported from here
+from dataplane.auth.config import JWKS_MAX_AGE_SECONDS, JWKS_REFRESH_SECONDS, JWKS_TIMEOUT_SECONDS
+from dataplane.auth.jwks import JwksKeys
+from dataplane.auth.token_cache import TokenExpired, VerifiedTokens
 from dataplane.core.errors import ConfigError
 from dataplane.queue.envelope import Auth
 
@@ -120,8 +120,30 @@ class JwtVerifier:
                 raise AuthError("token expired") from None
             if remembered is not None:
                 return remembered
+        claims = self._decode(token, key, algorithm)
+        auth = auth_from_claims(claims)
+        if cache is not None:  # exp is a verified number here (required, checked)
+            cache.put(digest, auth, float(claims["exp"]) + self.leeway, key)
+        return auth
+
+    def claims(self, token: str) -> dict[str, Any]:
+        """Verify a bearer token as :meth:`verify` does (signature, ``exp``, ``sub``,
+        audience and issuer) and return its claims, every string in them storable text,
+        without requiring the envelope's claims: the console's operators need none of
+        them (it reads ``roles``). Not remembered: each call verifies again."""
+        if not token or len(token) > MAX_TOKEN_BYTES:
+            raise AuthError("missing or oversized token")
+        key, algorithm = self.key, self.algorithm
+        if self.jwks is not None:
+            key, algorithm = self.jwks.key_for(token)
+        claims = self._decode(token, key, algorithm)
+        if not claims_are_text(claims):
+            raise AuthError(NOT_TEXT)
+        return claims
+
+    def _decode(self, token: str, key: Any, algorithm: str) -> dict[str, Any]:
         try:
-            claims = jwt.decode(
+            claims: dict[str, Any] = jwt.decode(
                 token,
                 key,
                 algorithms=[algorithm],
@@ -146,7 +168,4 @@ class JwtVerifier:
             raise AuthError(f"token algorithm not accepted (expected {algorithm})") from None
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
-        auth = auth_from_claims(claims)
-        if cache is not None:  # exp is a verified number here (required, checked)
-            cache.put(digest, auth, float(claims["exp"]) + self.leeway, key)
-        return auth
+        return claims

@@ -91,8 +91,10 @@ def mint_token(
     ttl: int = 3600,
     audience: str | None = None,
     issuer: str | None = None,
+    roles: list[str] | None = None,
 ) -> str:
-    """An HS256 token for development and tests (``dataplane token``)."""
+    """An HS256 token for development and tests (``dataplane token``); ``roles`` (the
+    console's ``dataplane:operator``, ``dataplane:viewer``) only when given."""
     now = int(time.time())
     claims: dict[str, Any] = {
         "sub": sub,
@@ -107,4 +109,6 @@ def mint_token(
         claims["aud"] = audience
     if issuer:
         claims["iss"] = issuer
+    if roles is not None:
+        claims["roles"] = list(roles)
     return jwt.encode(claims, secret, algorithm="HS256")

@@ -1,0 +1,278 @@
+"""What the console reads: the wallboard's cards, the jobs list, a job's page.
+
+Every statement is in ``sql/queries/console.sql``, bounded and indexed. The cards merge
+four reads per queue type (live rows, poison rows, paused types, the last hour's job
+reports); the statistics of reports come from the newest :data:`RUN_SAMPLE` reports of
+the last hour, so their cost does not grow with the table. Failures are the database
+layer's errors; the caller decides what a page shows then.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dataplane.core.errors import InvalidArgument
+from dataplane.db import Database, q
+from dataplane.queue.types import STATUSES, QueueType
+
+RUN_SAMPLE = 20_000  # the newest job reports of the last hour the statistics are taken from
+ANSWER_WINDOW = 300.0  # seconds: answers per minute are counted over the last 5 minutes
+PAGE_SIZE = 50  # jobs per page
+MAX_PAGE_SIZE = 500
+MAX_FILTER_CHARS = 200
+READ_TIMEOUT = 5.0  # seconds one console read may take
+_SECRET_KEY = re.compile(r"token|secret|password|passwd|authorization|api[_-]?key", re.I)
+
+
+@dataclass
+class Card:
+    """One queue type's card on the wallboard."""
+
+    type: str
+    tier: str  # "live" or "dev"
+    pending: int = 0
+    ready: int = 0
+    in_flight: int = 0
+    poison: int = 0
+    oldest_ready_s: float | None = None
+    newest_poison: datetime | None = None
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    runs: int = 0
+    answers_per_minute: float = 0.0
+    wait_p50_ms: float | None = None
+    wait_p95_ms: float | None = None
+    exec_p50_ms: float | None = None
+    exec_p95_ms: float | None = None
+    cache_hit_ratio: float | None = None
+    coalesced_ratio: float | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+
+def tier_of(queue_type: str) -> str:
+    return "dev" if queue_type.endswith("-dev") else "live"
+
+
+async def overview(db: Database) -> list[Card]:
+    """Every queue type's card, the poison ones first, then by type."""
+    cards: dict[str, Card] = {}
+
+    def card(queue_type: str) -> Card:
+        if queue_type not in cards:
+            cards[queue_type] = Card(queue_type, tier_of(queue_type))
+        return cards[queue_type]
+
+    for row in await db.fetchall(q("console_live"), call_timeout=READ_TIMEOUT):
+        c = card(row["type"])
+        c.pending, c.ready, c.in_flight = row["pending"], row["ready"], row["in_flight"]
+        c.oldest_ready_s = row["oldest_ready_s"]
+    for row in await db.fetchall(q("console_poison"), call_timeout=READ_TIMEOUT):
+        c = card(row["type"])
+        c.poison, c.newest_poison = row["poison"], row["newest_poison"]
+    for row in await db.fetchall(q("console_paused"), call_timeout=READ_TIMEOUT):
+        c = card(row["type"])
+        c.paused_at, c.paused_by = row["paused_at"], row["paused_by"]
+    runs = await db.fetchall(q("console_runs"), {"sample": RUN_SAMPLE}, call_timeout=READ_TIMEOUT)
+    for row in runs:
+        c = card(row["type"])
+        c.runs = row["runs"]
+        # A full sample younger than the window covers less than it: rate over what it covers.
+        window = ANSWER_WINDOW
+        if int(row["sample_rows"]) >= RUN_SAMPLE:
+            window = min(window, max(1.0, row["sample_age_s"] or 1.0))
+        c.answers_per_minute = row["answers_5m"] * 60.0 / window
+        for name in ("wait_p50_ms", "wait_p95_ms", "exec_p50_ms", "exec_p95_ms"):
+            setattr(c, name, row[name])
+        c.cache_hit_ratio, c.coalesced_ratio = row["cache_hit_ratio"], row["coalesced_ratio"]
+    return sorted(cards.values(), key=lambda c: (c.poison == 0, c.type))
+
+
+async def type_known(db: Database, queue_type: str) -> bool:
+    row = await db.fetchone(q("console_type_known"), {"type": queue_type})
+    return bool(row and row["known"])
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The jobs list's filters; every one optional. Checked at construction (400s)."""
+
+    type: str | None = None
+    status: str | None = None
+    client: str | None = None
+    operation: str | None = None
+    error: str | None = None  # a substring of last_error, case-insensitive
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("type", "status", "client", "operation", "error"):
+            value = getattr(self, name)
+            if value is not None and (len(value) > MAX_FILTER_CHARS or "\x00" in value):
+                raise InvalidArgument(f"{name}: at most {MAX_FILTER_CHARS} characters, no NUL")
+        if self.type is not None:
+            QueueType.parse(self.type)
+        if self.status is not None and self.status not in STATUSES:
+            raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}")
+        if self.since and self.until and self.since >= self.until:
+            raise InvalidArgument("since must be before until")
+
+    @classmethod
+    def from_args(cls, args: Any) -> JobFilter:
+        """From a query string (empty fields are unset; times are ISO 8601)."""
+        text = {k: (args.get(k) or "").strip() or None for k in ("type", "status", "client")}
+        extra = {k: (args.get(k) or "").strip() or None for k in ("operation", "error")}
+        return cls(**text, **extra, since=_time(args, "since"), until=_time(args, "until"))
+
+    def params(self) -> dict[str, Any]:
+        error = None
+        if self.error is not None:
+            escaped = re.sub(r"([\\%_])", r"\\\1", self.error)
+            error = f"%{escaped}%"
+        return {
+            "type": self.type,
+            "status": self.status,
+            "client": self.client,
+            "operation": self.operation,
+            "error": error,
+            "since": self.since,
+            "until": self.until,
+        }
+
+    def query(self) -> dict[str, str]:
+        """The filter as query-string fields (for links that keep it)."""
+        out = {k: v for k, v in self.params().items() if isinstance(v, str)}
+        if self.error is not None:
+            out["error"] = self.error
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value.isoformat()
+        return out
+
+
+def _time(args: Any, name: str) -> datetime | None:
+    raw = (args.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an ISO 8601 time, got {raw[:40]!r}") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # a browser's datetime-local: taken as UTC
+    return value
+
+
+@dataclass
+class JobsPage:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def parse_cursor(raw: str | None) -> tuple[datetime, uuid.UUID] | None:
+    """``<created_at ISO>_<id>`` (the last row of the previous page) or None."""
+    if not raw:
+        return None
+    at, _, job_id = raw.rpartition("_")
+    try:
+        return datetime.fromisoformat(at), uuid.UUID(job_id)
+    except ValueError:
+        raise InvalidArgument("after must be a cursor from a previous page") from None
+
+
+async def list_jobs(
+    db: Database, jobs: JobFilter, *, after: str | None = None, limit: int = PAGE_SIZE
+) -> JobsPage:
+    """A page of jobs newest first, keyset-paged (never OFFSET)."""
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidArgument(f"limit must be in 1..{MAX_PAGE_SIZE}")
+    cursor = parse_cursor(after)
+    params = {
+        **jobs.params(),
+        "after_at": cursor[0] if cursor else None,
+        "after_id": cursor[1] if cursor else None,
+        "limit": limit + 1,
+    }
+    rows = await db.fetchall(q("console_jobs"), params, call_timeout=READ_TIMEOUT)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = rows[-1] if more else None
+    next_cursor = f"{last['created_at'].isoformat()}_{last['id']}" if last else None
+    return JobsPage([dict(r) for r in rows], next_cursor)
+
+
+@dataclass
+class JobDetail:
+    job: dict[str, Any]
+    envelope: dict[str, Any]
+    params: Any
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    trace_id: str | None = None
+
+
+def parse_job_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise InvalidArgument(f"a job id is a UUID, got {raw[:40]!r}") from None
+
+
+async def job_detail(db: Database, job_id: uuid.UUID) -> JobDetail | None:
+    row = await db.fetchone(q("console_job"), {"id": job_id}, call_timeout=READ_TIMEOUT)
+    if row is None:
+        return None
+    job = dict(row)
+    payload = job.pop("payload") or {}
+    runs = await db.fetchall(q("console_job_runs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
+    blobs = await db.fetchall(q("console_job_blobs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
+    detail = JobDetail(job, safe_envelope(payload), redact(payload.get("params")))
+    detail.runs = [dict(r) for r in runs]
+    detail.blobs = [dict(b) for b in blobs]
+    detail.trace_id = _trace_of(payload) or next(
+        (r["trace_id"] for r in reversed(detail.runs) if r["trace_id"]), None
+    )
+    return detail
+
+
+def safe_envelope(payload: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's fields an operator may see: who and what, never a credential."""
+    found = payload.get("auth")
+    auth: dict[str, Any] = found if isinstance(found, dict) else {}
+    return {
+        "surface": payload.get("surface"),
+        "operation": payload.get("operation"),
+        "version": payload.get("version"),
+        "tier": payload.get("tier") or "live",
+        "per_user": bool(payload.get("perUser")),
+        "client": auth.get("client"),
+        "staff": auth.get("staff"),
+        "scope_key": auth.get("scopeKey"),
+        "branches": auth.get("branches"),
+        "user_id": auth.get("userId"),
+    }
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every key that names a credential masked, at any depth."""
+    if isinstance(value, dict):
+        return {
+            k: "[redacted]" if _SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def _trace_of(payload: dict[str, Any]) -> str | None:
+    parts = str(payload.get("traceparent") or "").split("-")
+    if len(parts) == 4 and re.fullmatch(r"[0-9a-f]{32}", parts[1]):
+        return parts[1]
+    return None

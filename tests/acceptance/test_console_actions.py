@@ -1,0 +1,116 @@
+"""The console's actions (issue #41) through a real ``dataplane console`` process, the
+operators' code path the CLI uses: a bulk retry of 100 poison jobs with its dry-run
+count, a discard, pause and resume, a cancel (and its 409 on a finished job), each
+audited with the operator's name; none of them touches another type's rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.console import Console, operator_token, running_console, viewer_token
+
+
+@pytest.fixture(scope="module")
+def console(
+    pg_admin_dsn: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    with running_console(pg_admin_dsn, template_db, tmp_path_factory.mktemp("actions")) as c:
+        yield c
+
+
+@pytest.fixture
+def fresh(console: Console) -> Console:
+    console.clear()
+    console.execute("DELETE FROM dataplane_audit")
+    return console
+
+
+def _csrf(client: httpx.Client) -> str:
+    resp = client.get("/overview.json")
+    assert resp.status_code == 200, resp.text
+    return resp.headers["X-CSRF-Token"]
+
+
+def _rows(console: Console, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(console.dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+
+def _statuses(console: Console, queue_type: str) -> dict[str, int]:
+    rows = _rows(
+        console,
+        "SELECT status, count(*) FROM maestro_queues WHERE type = %s GROUP BY status",
+        (queue_type,),
+    )
+    return {status: n for status, n in rows}
+
+
+def test_a_bulk_retry_counts_first_then_retries_only_what_it_named(fresh: Console) -> None:
+    for _ in range(100):
+        fresh.add_job("surface-probe", "poison", error="boom")
+    for _ in range(3):
+        fresh.add_job("surface-probe-dev", "poison", error="boom")
+    with fresh.client(operator_token()) as ops:
+        confirm = ops.get("/jobs/confirm", params={"action": "retry", "type": "surface-probe"})
+        assert confirm.status_code == 200 and "100" in confirm.text, confirm.text
+        assert _statuses(fresh, "surface-probe") == {"poison": 100}  # a count changes nothing
+        done = ops.post(
+            "/jobs/retry", data={"csrf": _csrf(ops), "type": "surface-probe", "status": "poison"}
+        )
+        assert done.status_code == 200 and "100 row(s) changed" in done.text, done.text
+    assert _statuses(fresh, "surface-probe") == {"pending": 100}
+    assert _statuses(fresh, "surface-probe-dev") == {"poison": 3}  # another tier: untouched
+    ((actor, via, action, rows),) = _rows(
+        fresh, "SELECT actor, via, action, rows FROM dataplane_audit"
+    )
+    assert (actor, via, action, rows) == ("ops-1 <ops-1@acme.example>", "console", "retry", 100)
+
+
+def test_discard_one_job_and_a_retry_of_a_live_one_is_refused(fresh: Console) -> None:
+    gone = fresh.add_job("surface-probe", "poison")
+    live = fresh.add_job("surface-probe", "pending")
+    with fresh.client(operator_token()) as ops:
+        csrf = _csrf(ops)
+        assert ops.post(f"/jobs/{gone}/discard", data={"csrf": csrf}).status_code == 200
+        refused = ops.post(f"/jobs/{live}/retry", data={"csrf": csrf})
+        assert refused.status_code == 409, refused.text
+    assert _rows(fresh, "SELECT status FROM maestro_queues") == [("pending",)]
+
+
+def test_pause_and_resume_a_type_and_a_viewer_cannot(fresh: Console) -> None:
+    fresh.add_job("surface-probe", "pending")
+    with fresh.client(operator_token()) as ops, fresh.client(viewer_token()) as viewer:
+        assert (
+            viewer.post("/queues/surface-probe/pause", data={"csrf": _csrf(viewer)}).status_code
+            == 403
+        )
+        paused = ops.post("/queues/surface-probe/pause", data={"csrf": _csrf(ops)})
+        assert paused.status_code == 200 and "paused" in paused.text
+        assert _rows(fresh, "SELECT type, paused_by FROM maestro_paused") == [
+            ("surface-probe", "ops-1 <ops-1@acme.example>")
+        ]
+        assert "surface-probe" in ops.get("/overview.json").text
+        resumed = ops.post("/queues/surface-probe/resume", data={"csrf": _csrf(ops)})
+        assert resumed.status_code == 200
+    assert _rows(fresh, "SELECT type FROM maestro_paused") == []
+    actions = [a for (a,) in _rows(fresh, "SELECT action FROM dataplane_audit ORDER BY id")]
+    assert actions == ["pause", "resume"]
+
+
+def test_cancel_a_pending_job_then_409_with_its_status(fresh: Console) -> None:
+    job = fresh.add_job("surface-probe", "pending")
+    with fresh.client(operator_token()) as ops:
+        csrf = _csrf(ops)
+        done = ops.post(f"/jobs/{job}/cancel", data={"csrf": csrf})
+        assert done.status_code == 200 and "cancelled" in done.text, done.text
+        again = ops.post(f"/jobs/{job}/cancel", data={"csrf": csrf})
+        assert again.status_code == 409 and "cancelled" in again.text
+        unknown = ops.post("/jobs/00000000-0000-4000-8000-000000000000/cancel", data={"csrf": csrf})
+        assert unknown.status_code == 404
+    assert _rows(fresh, "SELECT status FROM maestro_queues") == [("cancelled",)]
+    assert _rows(fresh, "SELECT action, rows FROM dataplane_audit") == [("cancel", 1)]

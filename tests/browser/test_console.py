@@ -1,0 +1,159 @@
+"""The operator console in Chromium (issue #41): sign in with an operator's token, see
+the poison cards first and watch them update live over SSE, filter the jobs list; a
+viewer sees no action. A real ``dataplane console`` on a queue DB of its own
+(tests/console.py); screenshots in artifacts/screenshots/ as the demo page's tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.browser.conftest import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOTS,
+    TIMEOUT_MS,
+    browser_tools_missing,
+)
+from tests.console import Console, operator_token, running_console, viewer_token
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+
+@pytest.fixture(scope="module")
+def console(
+    pg_admin_dsn: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    logs = tmp_path_factory.mktemp("console-browser")
+    with running_console(pg_admin_dsn, template_db, logs) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def chromium(console: Console) -> Iterator[Browser]:
+    missing = browser_tools_missing()
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    # As tests/browser/conftest.py: Playwright's sync API needs a plain asyncio loop.
+    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=TIMEOUT_MS
+            )
+            try:
+                yield browser
+            finally:
+                browser.close()
+    finally:
+        asyncio.set_event_loop_policy(None)
+
+
+@pytest.fixture
+def tab(chromium: Browser, console: Console) -> Iterator[Page]:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    context = chromium.new_context(base_url=console.base, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"errors on the page: {errors}"
+
+
+def _shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def _sign_in(page: Page, tok: str) -> None:
+    page.goto("/login")
+    page.locator("textarea[name=token]").fill(tok)
+    page.get_by_test_id("sign-in").click()
+    page.wait_for_url("**/")
+
+
+def _expect() -> Any:
+    from playwright.sync_api import expect
+
+    return expect
+
+
+def test_an_operator_sees_the_poison_cards_first_and_live(tab: Page, console: Console) -> None:
+    expect = _expect()
+    console.clear()
+    for _ in range(3):
+        console.add_job("surface-zeta", "poison", error="RuntimeError: boom")
+    for _ in range(5):
+        console.add_job("surface-alpha", "pending")
+    console.add_job("surface-alpha", "in_progress")
+    _sign_in(tab, operator_token())
+    cards = tab.get_by_test_id("card")
+    expect(cards.first).to_have_attribute("data-type", "surface-zeta")
+    expect(cards.first).to_have_class("card poison")
+    expect(cards.first.locator('[data-key="poison"]')).to_have_text("3")
+    alpha = tab.locator('[data-testid="card"][data-type="surface-alpha"]')
+    expect(alpha.locator('[data-key="pending"]')).to_have_text("5")
+    expect(alpha.locator('[data-key="in_flight"]')).to_have_text("1")
+    _shot(tab, "console-wallboard")
+    # Over SSE, without a reload: two more jobs go to poison.
+    console.add_job("surface-zeta", "poison")
+    console.add_job("surface-zeta", "poison")
+    expect(cards.first.locator('[data-key="poison"]')).to_have_text("5")
+    expect(tab.get_by_test_id("who")).to_contain_text("operator")
+
+
+def test_an_operator_filters_the_jobs_list(tab: Page, console: Console) -> None:
+    expect = _expect()
+    console.clear()
+    base = datetime.now(UTC) - timedelta(minutes=30)
+    for i in range(4):
+        console.add_job(
+            "surface-zeta", "poison", error=f"ValueError: {i}", created_at=base + timedelta(i)
+        )
+    for i in range(3):
+        console.add_job("surface-alpha", "done", created_at=base + timedelta(minutes=i))
+    _sign_in(tab, operator_token())
+    tab.goto("/jobs")
+    expect(tab.get_by_test_id("job-row")).to_have_count(7)
+    tab.locator('input[name="type"]').fill("surface-zeta")
+    tab.locator('select[name="status"]').select_option("poison")
+    tab.get_by_test_id("apply").click()
+    expect(tab.get_by_test_id("job-row")).to_have_count(4)
+    expect(tab.locator('[data-testid="job-row"] td[data-col="status"]').first).to_have_text(
+        "poison"
+    )
+    expect(tab.get_by_test_id("bulk-retry")).to_be_visible()
+    _shot(tab, "console-jobs")
+    tab.locator('[data-testid="job-row"] a').first.click()
+    expect(tab.get_by_test_id("status")).to_have_text("poison")
+    _shot(tab, "console-job")
+
+
+def test_a_viewer_sees_no_action(tab: Page, console: Console) -> None:
+    expect = _expect()
+    console.clear()
+    job = console.add_job("surface-zeta", "poison")
+    _sign_in(tab, viewer_token())
+    expect(tab.get_by_test_id("who")).to_contain_text("viewer")
+    tab.goto("/jobs")
+    expect(tab.get_by_test_id("job-row")).to_have_count(1)
+    expect(tab.get_by_test_id("bulk-retry")).to_have_count(0)
+    tab.goto(f"/jobs/{job}")
+    expect(tab.get_by_test_id("job-retry")).to_have_count(0)
