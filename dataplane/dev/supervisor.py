@@ -5,7 +5,8 @@ embedded Postgres, the queue DB migrated, the demo client DB created and seeded
 once with its read-only role, and a development JWT secret. Then it runs, as
 separate child processes supervised from one Trio nursery, the BFF (``dataplane
 bff``: Hypercorn's trio worker in the process), one worker per demo surface plus
-``probe``, and the telemetry receiver (``dataplane capcom``) when it is installed.
+``probe``, the telemetry receiver (``dataplane capcom``) when it is installed, and the
+operators' console (``dataplane console``, as a login of ``dataplane_operator``).
 Every child serves Prometheus metrics on a port of its own (the BFF and capcom on
 ``/metrics`` of their HTTP port, each worker on ``DATAPLANE_METRICS_PORT``), printed
 with the URLs; ``--otlp URL`` points every child's
@@ -100,7 +101,7 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, dict[str
             applied = await migrate(db)  # and the roles' grants (sql/roles.sql)
             await close_to_public(db)  # only the plane's roles (and the superuser) connect
             logins = {}
-            for process in ("bff", "worker", "capcom"):  # a new password each run
+            for process in ("bff", "worker", "capcom", "operator"):  # a new password each run
                 password = secrets.token_urlsafe(24)
                 await ensure_login(db, f"dataplane_dev_{process}", process, password)
                 user = f"dataplane_dev_{process}"
@@ -125,6 +126,7 @@ def _children(
     secret: str,
     capcom_port: int | None,
     otlp: str | None = None,
+    console_port: int | None = None,
 ) -> list[Child]:
     common = {
         "DATAPLANE_JWT_SECRET": secret,
@@ -173,6 +175,14 @@ def _children(
                 {**common, "MAESTRO_QUEUES_URL": logins["capcom"]},
             )
         )
+    if console_port is not None:  # the operators' console, as dataplane_operator
+        children.append(
+            Child(
+                "console",
+                [py, "-m", "dataplane", "console", "--bind", f"127.0.0.1:{console_port}"],
+                {**common, "DATAPLANE_CONSOLE_DB_URL": logins["operator"]},
+            )
+        )
     return children
 
 
@@ -217,7 +227,8 @@ async def _run(
     queue_dsn, logins, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
     capcom_port = free_port() if importlib.util.find_spec("dataplane.capcom.app") else None
-    children = _children(port, logins, ro_dsn, secret, capcom_port, otlp)
+    console_port = free_port()
+    children = _children(port, logins, ro_dsn, secret, capcom_port, otlp, console_port)
     metrics = metrics_urls(children, port, capcom_port)
     width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"
@@ -230,6 +241,9 @@ async def _run(
             nursery.start_soon(reload_on_change, children, _surfaces(), bff_env)
         ready = await _wait_ready(port)
         token = mint_token(secret, client="acme", sub="1", staff=True, ttl=30 * 24 * 3600)
+        operator = mint_token(
+            secret, client="acme", sub="dev-operator", roles=["dataplane:operator"], ttl=86400
+        )
         url = f"http://127.0.0.1:{port}"
         print(
             "\n".join(
@@ -244,6 +258,9 @@ async def _run(
                     f"  Try:  curl -s -X POST {url}/api/probe/q -H 'Authorization: Bearer <token>'",
                     "           -H 'Content-Type: application/json'"
                     ' -d \'{"operation":"echo","params":{}}\'',
+                    f"  Console:        http://127.0.0.1:{console_port}/login",
+                    f"  Operator token: {operator}",
+                    "  (dataplane:operator, valid 1 day: paste it at the console's login)",
                     f"  Running:        {', '.join(c.name for c in children)}",
                     "  Metrics:        (Prometheus text, one endpoint per process)",
                     *(f"    {name:<{width}}  {u}" for name, u in metrics.items()),
