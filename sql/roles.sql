@@ -14,7 +14,8 @@ DO $roles$
 DECLARE
     r text;
     tables text := 'maestro_queues, surface_result_blobs, worker_runs, dataplane_elections,'
-                   ' dataplane_migrations, maestro_flow, dataplane_audit, maestro_paused';
+                   ' dataplane_migrations, maestro_flow, dataplane_audit, maestro_paused,'
+                   ' dataplane_overview';
     everyone text := 'dataplane_bff, dataplane_worker, dataplane_capcom, dataplane_scaler,'
                      ' dataplane_viewer, dataplane_operator';
 BEGIN
@@ -88,6 +89,8 @@ BEGIN
         ON maestro_queues TO dataplane_viewer;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_viewer;
     GRANT SELECT ON maestro_paused TO dataplane_viewer;
+    -- The wallboard's cards (0021), which the console reads too: counts, times, ratios.
+    GRANT SELECT ON dataplane_overview TO dataplane_viewer, dataplane_operator;
 
     -- Operator (the console, and the CLI's operator commands): read jobs and reports,
     -- act on jobs and queue types, and record every action in the audit table, which it

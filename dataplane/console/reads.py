@@ -1,9 +1,10 @@
 """What the console reads: the wallboard's cards, the jobs list, a job's page.
 
-Every statement is in ``sql/queries/console.sql``, bounded and indexed. The cards merge
-four reads per queue type (live rows, poison rows, paused types, the last hour's job
-reports); the statistics of reports come from the newest :data:`RUN_SAMPLE` reports of
-the last hour, so their cost does not grow with the table. Failures are the database
+Every statement is in ``sql/queries/console.sql``, bounded and indexed. The cards are
+the view ``dataplane_overview`` (migration 0021: live rows, poison rows, paused types,
+the last hour's job reports per queue type), which the Grafana wallboard selects from
+too; the statistics of reports come from the newest :data:`RUN_SAMPLE` reports of the
+last hour, so their cost does not grow with the table. Failures are the database
 layer's errors; the caller decides what a page shows then.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +20,10 @@ from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.queue.types import STATUSES, QueueType
 
-RUN_SAMPLE = 20_000  # the newest job reports of the last hour the statistics are taken from
-ANSWER_WINDOW = 300.0  # seconds: answers per minute are counted over the last 5 minutes
+# The view's constants (migration 0021), for the reader: the newest job reports of the
+# last hour the statistics are taken from, and the window answers per minute count.
+RUN_SAMPLE = 20_000
+ANSWER_WINDOW = 300.0  # seconds
 PAGE_SIZE = 50  # jobs per page
 MAX_PAGE_SIZE = 500
 MAX_FILTER_CHARS = 200
@@ -36,6 +39,7 @@ class Card:
     tier: str  # "live" or "dev"
     pending: int = 0
     ready: int = 0
+    backing_off: int = 0
     in_flight: int = 0
     poison: int = 0
     oldest_ready_s: float | None = None
@@ -56,42 +60,15 @@ class Card:
         return self.paused_at is not None
 
 
-def tier_of(queue_type: str) -> str:
-    return "dev" if queue_type.endswith("-dev") else "live"
+CARD_COLUMNS = tuple(f.name for f in fields(Card))  # console_overview's columns
 
 
 async def overview(db: Database) -> list[Card]:
-    """Every queue type's card, the poison ones first, then by type."""
-    cards: dict[str, Card] = {}
-
-    def card(queue_type: str) -> Card:
-        if queue_type not in cards:
-            cards[queue_type] = Card(queue_type, tier_of(queue_type))
-        return cards[queue_type]
-
-    for row in await db.fetchall(q("console_live"), call_timeout=READ_TIMEOUT):
-        c = card(row["type"])
-        c.pending, c.ready, c.in_flight = row["pending"], row["ready"], row["in_flight"]
-        c.oldest_ready_s = row["oldest_ready_s"]
-    for row in await db.fetchall(q("console_poison"), call_timeout=READ_TIMEOUT):
-        c = card(row["type"])
-        c.poison, c.newest_poison = row["poison"], row["newest_poison"]
-    for row in await db.fetchall(q("console_paused"), call_timeout=READ_TIMEOUT):
-        c = card(row["type"])
-        c.paused_at, c.paused_by = row["paused_at"], row["paused_by"]
-    runs = await db.fetchall(q("console_runs"), {"sample": RUN_SAMPLE}, call_timeout=READ_TIMEOUT)
-    for row in runs:
-        c = card(row["type"])
-        c.runs = row["runs"]
-        # A full sample younger than the window covers less than it: rate over what it covers.
-        window = ANSWER_WINDOW
-        if int(row["sample_rows"]) >= RUN_SAMPLE:
-            window = min(window, max(1.0, row["sample_age_s"] or 1.0))
-        c.answers_per_minute = row["answers_5m"] * 60.0 / window
-        for name in ("wait_p50_ms", "wait_p95_ms", "exec_p50_ms", "exec_p95_ms"):
-            setattr(c, name, row[name])
-        c.cache_hit_ratio, c.coalesced_ratio = row["cache_hit_ratio"], row["coalesced_ratio"]
-    return sorted(cards.values(), key=lambda c: (c.poison == 0, c.type))
+    """Every queue type's card, the poison ones first, then by type: one read of the
+    view ``dataplane_overview`` (migration 0021), which Grafana's wallboard reads too."""
+    rows = await db.fetchall(q("console_overview"), call_timeout=READ_TIMEOUT)
+    cards = [Card(**{name: row[name] for name in CARD_COLUMNS}) for row in rows]
+    return sorted(cards, key=lambda c: (c.poison == 0, c.type))
 
 
 async def type_known(db: Database, queue_type: str) -> bool:

@@ -1,69 +1,18 @@
 -- The operator console's reads (dataplane/console): the wallboard, the jobs list and a
 -- job's page. Every statement is bounded (a LIMIT, or rows an index bounds) and served
--- by an index (migrations 0001, 0005, 0017, 0020).
+-- by an index (migrations 0001, 0005, 0017, 0018, 0020, 0021); bench/overview.py times
+-- them with 1,000,000 rows in maestro_queues and in worker_runs.
 
--- name: console_live
--- Live rows per type (the claim index): pending, ready, in flight, the oldest ready.
-SELECT type,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS ready,
-       count(*) FILTER (WHERE status = 'in_progress') AS in_flight,
-       extract(epoch FROM now() - min(created_at)
-           FILTER (WHERE status = 'pending' AND available_at <= now()))::float8
-           AS oldest_ready_s
-FROM maestro_queues
-WHERE status IN ('pending', 'in_progress')
-GROUP BY type
+-- name: console_overview
+-- The wallboard's cards, one row per queue type: the view dataplane_overview (0021),
+-- which the Grafana wallboard's card panels select from too (one definition of every
+-- number); what each part reads and which index bounds it: 0021's header.
+SELECT type, tier, pending, ready, backing_off, in_flight, oldest_ready_s, poison,
+       newest_poison, paused_at, paused_by, runs, answers_per_minute, wait_p50_ms, wait_p95_ms,
+       exec_p50_ms, exec_p95_ms, cache_hit_ratio, coalesced_ratio
+FROM dataplane_overview
 ORDER BY type
 LIMIT 1000;
-
--- name: console_poison
--- Poison rows per type (maestro_queues_poison), and when the newest was parked.
-SELECT type, count(*) AS poison, max(completed_at) AS newest_poison
-FROM maestro_queues
-WHERE status = 'poison'
-GROUP BY type
-ORDER BY type
-LIMIT 1000;
-
--- name: console_paused
--- The paused queue types, who paused them and when.
-SELECT type, paused_at, paused_by
-FROM maestro_paused
-ORDER BY type
-LIMIT 1000;
-
--- name: console_runs
--- Per type, over the newest %(sample)s job reports of the last hour (worker_runs_finished,
--- read backwards): answers in the last 5 minutes, queue wait and execution p50/p95,
--- cache hit ratio and coalesced share of answers; sample_since: the oldest report read.
-WITH recent AS (
-    SELECT type, outcome, queue_wait_ms, wall_ms, cache, coalesced, finished_at
-    FROM worker_runs
-    WHERE finished_at > now() - interval '1 hour'
-    ORDER BY finished_at DESC
-    LIMIT %(sample)s
-)
-SELECT type,
-       count(*) AS runs,
-       count(*) FILTER (WHERE outcome IN ('done', 'error')
-                          AND finished_at > now() - interval '5 minutes') AS answers_5m,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY queue_wait_ms) AS wait_p50_ms,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY queue_wait_ms) AS wait_p95_ms,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY wall_ms) AS exec_p50_ms,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY wall_ms) AS exec_p95_ms,
-       (count(*) FILTER (WHERE cache = 'hit' AND outcome IN ('done', 'error')))::float8
-           / nullif(count(*) FILTER (WHERE cache IN ('hit', 'miss')
-                                       AND outcome IN ('done', 'error')), 0)
-           AS cache_hit_ratio,
-       (count(*) FILTER (WHERE coalesced AND outcome IN ('done', 'error')))::float8
-           / nullif(count(*) FILTER (WHERE outcome IN ('done', 'error')), 0)
-           AS coalesced_ratio,
-       extract(epoch FROM now() - min(min(finished_at)) OVER ())::float8 AS sample_age_s,
-       sum(count(*)) OVER () AS sample_rows
-FROM recent
-GROUP BY type
-ORDER BY type;
 
 -- name: console_type_known
 -- Whether a queue type has live rows, poison rows, reports or a pause (each an index).
@@ -75,21 +24,34 @@ SELECT EXISTS (SELECT 1 FROM maestro_queues
 
 -- name: console_jobs
 -- The jobs list, newest first: every filter optional (NULL), keyset-paged after
--- (%(after_at)s, %(after_id)s) on maestro_queues_listing, at most %(limit)s rows.
-SELECT id, type, status, client, payload->>'operation' AS operation,
-       dequeue_count, max_dequeues, created_at, completed_at,
-       left(last_error, 300) AS last_error
-FROM maestro_queues
-WHERE (%(type)s::text IS NULL OR type = %(type)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(client)s::text IS NULL OR client = %(client)s::text)
-  AND (%(operation)s::text IS NULL OR payload->>'operation' = %(operation)s::text)
-  AND (%(error)s::text IS NULL OR last_error ILIKE %(error)s::text)
-  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
-  AND (%(after_at)s::timestamptz IS NULL
-       OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at DESC, id DESC
+-- (%(after_at)s, %(after_id)s), at most %(limit)s rows. Each status's slice is read
+-- backwards on maestro_queues_listing (status, created_at, id; 0018) from the cursor,
+-- at most %(limit)s rows of it, and the slices merged: a page reads at most 5 * limit
+-- index entries whatever the filters, never the whole table (a status filter: one
+-- slice). The cursor and the time range are row and range conditions on the index
+-- (coalesce, not "IS NULL OR", so a generic plan keeps them as index bounds).
+SELECT j.*
+FROM unnest(ARRAY['pending', 'in_progress', 'done', 'poison', 'cancelled']) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT id, type, status, client, payload->>'operation' AS operation,
+           dequeue_count, max_dequeues, created_at, completed_at,
+           left(last_error, 300) AS last_error
+    FROM maestro_queues AS m
+    WHERE m.status = s.status
+      AND (m.created_at, m.id)
+          < (coalesce(%(after_at)s::timestamptz, 'infinity'),
+             coalesce(%(after_id)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+      AND m.created_at >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND m.created_at < coalesce(%(until)s::timestamptz, 'infinity')
+      AND (%(type)s::text IS NULL OR m.type = %(type)s::text)
+      AND (%(client)s::text IS NULL OR m.client = %(client)s::text)
+      AND (%(operation)s::text IS NULL OR m.payload->>'operation' = %(operation)s::text)
+      AND (%(error)s::text IS NULL OR m.last_error ILIKE %(error)s::text)
+    ORDER BY m.created_at DESC, m.id DESC
+    LIMIT %(limit)s
+) AS j
+WHERE %(status)s::text IS NULL OR s.status = %(status)s::text
+ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s;
 
 -- name: console_job

@@ -50,12 +50,18 @@ EXPECTED_COLUMNS: dict[str, list[str]] = {
     "Finished in range": ["jobs", "failed", "poison_or_lost"],
     "Queue depth by type and status": [
         "type",
+        "tier",
         "ready",
         "backing_off",
-        "in_progress",
-        "done_last_5m",
-        "poison",
+        "in_flight",
         "oldest_ready_s",
+        "poison",
+        "paused",
+        "answers_per_minute",
+        "wait_p95_ms",
+        "exec_p95_ms",
+        "cache_hit_ratio",
+        "coalesced_ratio",
     ],
     "Poison jobs": [
         "job_id",
@@ -214,9 +220,13 @@ async def wallboard_role(seeded: Database) -> AsyncIterator[str]:
     """A role with SELECT on the two tables and nothing else (the README's grant)."""
     role = f"wallboard_{uuid.uuid4().hex[:8]}"
     await seeded.execute(f"CREATE ROLE {role} NOLOGIN")
-    await seeded.execute(f"GRANT SELECT ON maestro_queues, worker_runs TO {role}")
+    await seeded.execute(
+        f"GRANT SELECT ON maestro_queues, worker_runs, dataplane_overview TO {role}"
+    )
     yield role
-    await seeded.execute(f"REVOKE ALL ON maestro_queues, worker_runs FROM {role}")
+    await seeded.execute(
+        f"REVOKE ALL ON maestro_queues, worker_runs, dataplane_overview FROM {role}"
+    )
     await seeded.execute(f"DROP ROLE {role}")
 
 
@@ -278,8 +288,8 @@ async def test_the_wallboard_numbers_are_right(seeded: Database, wallboard_role:
         r["type"]: r for r in await _panel(seeded, wallboard_role, "Queue depth by type and status")
     }
     probe = depth["surface-probe"]
-    assert (probe["ready"], probe["backing_off"], probe["in_progress"]) == (1, 1, 2)
-    assert (probe["done_last_5m"], probe["poison"]) == (1, 2)
+    assert (probe["ready"], probe["backing_off"], probe["in_flight"]) == (1, 1, 2)
+    assert (probe["poison"], probe["paused"], probe["tier"]) == (2, False, "live")
     assert 2 <= probe["oldest_ready_s"] < 60
     assert (depth["surface-users"]["ready"], depth["surface-users"]["poison"]) == (1, 1)
 
@@ -330,6 +340,41 @@ async def test_the_wallboard_numbers_are_right(seeded: Database, wallboard_role:
     assert len(slow) == 50 and slow[0]["wall_ms"] >= slow[-1]["wall_ms"]
     failed = await _panel(seeded, wallboard_role, "Failed, poisoned and lost runs")
     assert {r["outcome"] for r in failed} <= {"failed", "poison", "lost"}
+
+
+MOMENTS = {"oldest_ready_s": 1.0, "answers_per_minute": 0.2}
+
+
+async def test_the_card_panels_and_the_console_read_the_same_view(
+    seeded: Database, wallboard_role: str
+) -> None:
+    """Issue #41: the wallboard's card panels and the console's overview never disagree:
+    both select from dataplane_overview, and on the same rows show the same numbers."""
+    from dataplane.console.reads import overview
+    from dataplane.db import q
+
+    assert "FROM dataplane_overview" in q("console_overview")
+    for title in ("Queue depth by type and status", "Poison now"):
+        (panel,) = [p for p in sql_panels() if p["title"] == title]
+        assert "FROM dataplane_overview" in panel["targets"][0]["rawSql"], title
+    await seeded.execute(
+        "INSERT INTO maestro_paused (type, paused_by) VALUES ('surface-users', 't')"
+    )
+    rows = await _panel(seeded, wallboard_role, "Queue depth by type and status")
+    cards = await overview(seeded)
+    types = [r["type"] for r in rows]
+    assert types == [c.type for c in cards] == ["surface-probe", "surface-users"]
+    for row, card in zip(rows, cards, strict=True):
+        for column, value in row.items():
+            shown = getattr(card, column)
+            if column in MOMENTS:  # read a moment apart: now() moved (one report at most)
+                assert (shown is None) == (value is None), column
+                assert value is None or abs(shown - value) <= MOMENTS[column], column
+            else:
+                assert shown == value, (card.type, column)
+    assert rows[1]["paused"] and cards[1].paused
+    (poison,) = await _panel(seeded, wallboard_role, "Poison now")
+    assert poison["poison"] == sum(c.poison for c in cards) == 3
 
 
 async def test_the_type_variable_query_lists_the_types(

@@ -18,8 +18,9 @@ MAX_ROOT_MODULES = 5  # dataplane/*.py, __init__.py included
 # bench/**/*.py, every line counted: the 4,500 that issue #39 asked of the bench's own
 # code (4,403 now, from 4,609), plus the Patroni drill the same issue moved in from
 # tests/ (bench/harness/drill.py, 463 lines), plus the tools added since, each for a
-# figure of the design's table (bench/reload.py, issue #40: 363 lines)
-MAX_BENCH_LINES = 5_250
+# figure of the design's table (bench/reload.py, issue #40: 363 lines; bench/overview.py,
+# issue #41's console overview at 1,000,000 rows: 286 lines)
+MAX_BENCH_LINES = 5_536
 
 
 def _module_files() -> dict[str, Path]:
