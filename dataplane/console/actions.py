@@ -4,8 +4,8 @@ Retry, discard, pause, resume and cancel are the CLI's functions (``dataplane jo
 retry|discard|cancel``, ``dataplane queue pause|resume``): each changes rows and writes
 its audit row in one transaction. This adapter is the only place the console calls
 them, and it maps their errors onto answers: a bad argument 400, an unknown job 404, a
-cancel of a finished job 409 naming the job's status. A bulk action takes poison rows
-unless the filter names another status.
+cancel of a finished job 409 naming the job's status, the queue DB out of reach or
+refusing 503. A bulk action takes poison rows unless the filter names another status.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dataplane.console.reads import JobFilter
-from dataplane.core.errors import InvalidArgument
+from dataplane.core.errors import DatabaseError, DatabaseUnavailable, InvalidArgument
 from dataplane.db import Database
 from dataplane.http import ApiError
 from dataplane.operator import Operator, jobs
@@ -59,6 +59,10 @@ async def _call(coro: Awaitable[T]) -> T:
         raise ApiError(404, str(exc) or "no such job") from None
     except Conflict as exc:
         raise ApiError(409, f"the job is {exc.status}: only a live job can be cancelled") from None
+    except DatabaseUnavailable as exc:
+        raise ApiError(503, f"the queue database is unavailable: {exc}") from None
+    except DatabaseError as exc:  # refused (a lock or statement timeout, a privilege)
+        raise ApiError(503, f"the queue database refused the action: {exc}") from None
 
 
 async def count(db: Database, operator: Operator, action: str, selected: JobFilter) -> int:
@@ -80,7 +84,9 @@ async def bulk(
     act = jobs.retry if action == "retry" else jobs.discard
     rows = await _call(act(db, operator, _operator_filter(selected, job_id)))
     if job_id is not None and rows == 0:
-        raise ApiError(409, f"job {job_id} is not a job {action} can take (or does not exist)")
+        if not await _call(jobs.count(db, jobs.JobFilter(status=None, job_id=job_id))):
+            raise ApiError(404, f"no job {job_id}")
+        raise ApiError(409, f"job {job_id} is not a job {action} can take (its status)")
     what = f"job {job_id}" if job_id is not None else f"{rows} job(s)"
     return Done(f"{action}: {what} — {rows} row(s) changed", rows)
 

@@ -3,8 +3,8 @@
 Every statement is in ``sql/queries/console.sql``, bounded and indexed. The cards are
 the view ``dataplane_overview`` (migration 0021: live rows, poison rows, paused types,
 the last hour's job reports per queue type), which the Grafana wallboard selects from
-too; the statistics of reports come from the newest :data:`RUN_SAMPLE` reports of the
-last hour, so their cost does not grow with the table. Failures are the database
+too; the statistics of reports come from each type's newest :data:`RUN_SAMPLE` reports
+of the last hour, so their cost does not grow with the table. Failures are the database
 layer's errors; the caller decides what a page shows then.
 """
 
@@ -21,8 +21,9 @@ from dataplane.db import Database, q
 from dataplane.queue.types import STATUSES, QueueType
 
 # The view's constants (migration 0021), for the reader: the newest job reports of the
-# last hour the statistics are taken from, and the window answers per minute count.
-RUN_SAMPLE = 20_000
+# last hour the statistics are taken from (per queue type), and the window answers per
+# minute count.
+RUN_SAMPLE = 2_000
 ANSWER_WINDOW = 300.0  # seconds
 PAGE_SIZE = 50  # jobs per page
 MAX_PAGE_SIZE = 500

@@ -44,6 +44,7 @@ from dataplane.db import Database
 from dataplane.http import ApiError, json_response
 from dataplane.http.serve import cancelled_on_stop
 from dataplane.operator import list_audit
+from dataplane.operator.jobs import BULK_MAX
 from dataplane.queue.types import QueueType
 
 views = Blueprint("console", __name__)
@@ -261,7 +262,9 @@ async def confirm() -> Response:
     selected = _checked(JobFilter.from_args, args)
     await _check_type(selected.type)
     n = await actions.count(database(), me.operator, action, selected)  # a dry run
-    return await page("confirm.html", action=action, count=n, query=selected.query())
+    return await page(
+        "confirm.html", action=action, count=n, query=selected.query(), bulk_max=BULK_MAX
+    )
 
 
 async def _check_type(queue_type: str | None) -> None:

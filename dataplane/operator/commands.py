@@ -129,7 +129,9 @@ async def _jobs(args: argparse.Namespace) -> int:
             raise InvalidArgument("jobs cancel needs a job id")
         async with _database("jobs") as db:
             return await cancel_command(db, args.job_id)
-    default_status = None if args.action == "list" else "poison"
+    # A listing, or one job by id, takes any status its action may (a cancelled job can
+    # be retried by id, as in the console); a bulk action poison rows unless told.
+    default_status = None if args.action == "list" or args.job_id else "poison"
     flt = jobs.JobFilter(
         status=args.status or default_status,
         queue_type=args.type,

@@ -17,9 +17,9 @@ bulk retry and discard (issue 41). The console and the CLI call these and nothin
   finished; the delete notifies ``maestro_rows_deleted`` (migration 0009), so no BFF
   answers a discarded job from memory afterwards: a later poll or stream of it is 404.
 * Both write one ``dataplane_audit`` row (the action, the filter as JSON, rows changed)
-  in the action's transaction, and only when rows changed: a filter that matches
-  nothing changes nothing and records nothing. ``dry_run`` counts the rows the action
-  would select and writes nothing (retry may then change fewer: see above).
+  in the action's transaction, a filter that matches nothing included (``rows`` 0:
+  someone asked). ``dry_run`` counts the rows the action would select and writes
+  nothing (retry may then change fewer: see above).
 * Bounded: an action selecting more than :data:`BULK_MAX` rows is refused
   (:class:`InvalidArgument`) unless ``limit`` is given, which takes the oldest ``limit``.
 """
@@ -48,7 +48,7 @@ DISCARDABLE: Final = ("poison", "done", "cancelled")
 class JobFilter:
     """Which rows an operator means. ``None`` matches everything; ``status`` is
     ``poison`` unless set (``None``: every status the action may touch). ``error`` is a
-    case-sensitive substring of ``last_error``; ``since`` (inclusive) and ``until``
+    case-insensitive substring of ``last_error``; ``since`` (inclusive) and ``until``
     (exclusive) bound ``created_at`` and must be timezone-aware."""
 
     status: str | None = "poison"
@@ -149,7 +149,7 @@ async def retry(
 ) -> int:
     """Re-drive ``flt``'s poison or cancelled rows (status ``None``: both): pending with
     a fresh dequeue budget, each type's claimers woken; the rows changed (``dry_run``:
-    the rows selected, nothing written). One audit row ``retry`` when rows changed.
+    the rows selected, nothing written). One audit row ``retry``.
     :class:`InvalidArgument` for another status, or more than :data:`BULK_MAX` rows
     without a ``limit`` (the oldest ``limit`` are taken)."""
     return await _act(db, operator, "retry", flt, RETRYABLE, dry_run=dry_run, limit=limit)
@@ -165,7 +165,7 @@ async def discard(
 ) -> int:
     """Delete ``flt``'s finished rows (poison, done, cancelled; status ``None``: all
     three) and their blobs; the rows deleted (``dry_run``: selected, nothing written).
-    One audit row ``discard`` when rows changed. A live status is refused
+    One audit row ``discard``. A live status is refused
     (:class:`InvalidArgument`), as is more than :data:`BULK_MAX` rows without a
     ``limit``."""
     return await _act(db, operator, "discard", flt, DISCARDABLE, dry_run=dry_run, limit=limit)
@@ -201,8 +201,7 @@ async def _act(
             cur = await conn.execute(statement, {**params, "limit": limit})
             row = await cur.fetchone()
             changed = int(row["n"]) if row is not None else 0
-            if changed:
-                await record(conn, operator, action, target, changed)
+            await record(conn, operator, action, target, changed)  # 0 rows is an action too
             return changed
 
     return await db.run(act, call_timeout=BULK_TIMEOUT)

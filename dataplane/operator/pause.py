@@ -53,9 +53,8 @@ async def _change(
     async def change(conn: Connection) -> bool:
         async with conn.transaction():
             cur = await conn.execute(q(statement), {"type": name, "by": operator.actor})
-            if await cur.fetchone() is None:
-                return False
-            await record(conn, operator, action, {"type": name}, 1)
-            return True
+            changed = await cur.fetchone() is not None  # False: it was already so
+            await record(conn, operator, action, {"type": name}, int(changed))
+            return changed
 
     return await db.run(change)

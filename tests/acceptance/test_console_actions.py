@@ -114,3 +114,34 @@ def test_cancel_a_pending_job_then_409_with_its_status(fresh: Console) -> None:
         assert unknown.status_code == 404
     assert _rows(fresh, "SELECT status FROM maestro_queues") == [("cancelled",)]
     assert _rows(fresh, "SELECT action, rows FROM dataplane_audit") == [("cancel", 1)]
+
+
+def test_an_unknown_job_is_404_and_a_viewer_s_confirm_page_has_no_button(
+    fresh: Console,
+) -> None:
+    fresh.add_job("surface-probe", "poison")
+    with fresh.client(operator_token()) as ops, fresh.client(viewer_token()) as viewer:
+        unknown = ops.post(
+            "/jobs/00000000-0000-4000-8000-000000000000/retry", data={"csrf": _csrf(ops)}
+        )
+        assert unknown.status_code == 404, unknown.text
+        page = viewer.get("/jobs/confirm", params={"action": "retry", "type": "surface-probe"})
+        assert page.status_code == 200 and 'data-testid="confirm-count">1<' in page.text
+        assert 'data-testid="confirm"' not in page.text  # a viewer cannot act
+        mine = ops.get("/jobs/confirm", params={"action": "retry", "type": "surface-probe"})
+        assert 'data-testid="confirm"' in mine.text
+
+
+def test_the_list_and_the_action_match_an_error_alike(fresh: Console) -> None:
+    fresh.add_job("surface-probe", "poison", error="Timeout: the client DB")
+    fresh.add_job("surface-probe", "poison", error="KeyError: 'x'")
+    with fresh.client(operator_token()) as ops:
+        listed = ops.get("/jobs", params={"status": "poison", "error": "timeout"})
+        assert listed.status_code == 200 and listed.text.count("Timeout: the client DB") >= 1
+        assert "KeyError" not in listed.text
+        done = ops.post(
+            "/jobs/retry",
+            data={"csrf": _csrf(ops), "status": "poison", "error": "timeout"},
+        )
+        assert done.status_code == 200 and "1 row(s) changed" in done.text, done.text
+    assert sorted(_statuses(fresh, "surface-probe").items()) == [("pending", 1), ("poison", 1)]

@@ -156,3 +156,30 @@ async def test_jobs_cancel_ends_a_pending_job_once_and_is_audited(
     assert missing.returncode == 2 and "needs a job id" in missing.stderr.decode()
     (row,) = [r for r in await list_audit(queue.db) if r.action == "cancel"]
     assert row.target == {"jobId": str(job.job_id)} and row.rows == 1 and row.via == "cli"
+
+
+async def test_jobs_cancel_stops_a_running_job_in_its_worker(
+    queue: QueueClient, queue_dsn: str, spawn_worker: Callable[..., Any]
+) -> None:
+    worker: WorkerProcess = await spawn_worker("surface-probe")
+    job = (await submit(queue, "probe", "sleep", {"ms": 20_000})).job_id
+
+    async def running() -> bool:
+        return await status_of(queue, job) == "in_progress"
+
+    await wait_until(running, within=20)
+    done = await cli(queue_dsn, "jobs", "cancel", str(job))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == f"job {job} cancelled (it was running)"
+    assert await status_of(queue, job) == "cancelled"
+
+    async def stopped() -> bool:  # its handler was cancelled in the worker, at once
+        return "cancelled by an operator" in worker.output()
+
+    await wait_until(stopped, within=5)
+    after = (await submit(queue, "probe", "echo", {"value": "after the cancel"})).job_id
+
+    async def answered() -> bool:
+        return await status_of(queue, after) == "done"
+
+    await wait_until(answered, within=20)  # the worker serves on

@@ -75,8 +75,8 @@ async def test_a_bulk_retry_takes_only_what_its_filter_names(queue: QueueClient)
         "client": "acme",
         "error": "boom",
     }
-    assert await jobs.retry(db, OPS, flt) == 0  # nothing matches: no second audit row
-    assert len(await list_audit(db)) == 1
+    assert await jobs.retry(db, OPS, flt) == 0  # nothing matches: recorded, 0 rows
+    assert [a.rows for a in await list_audit(db)] == [0, 3]
 
 
 async def test_a_retry_leaves_a_request_that_is_live_again(queue: QueueClient) -> None:
@@ -174,8 +174,10 @@ async def test_a_paused_type_claims_nothing_and_reports_no_depth(queue: QueueCli
     assert await depth("surface-probe") == 1
     assert [j.id for j in await queue.claim("surface-probe", "w1")] == [job]
     actions = [(a.action, a.target, a.rows) for a in await list_audit(db)]
-    assert actions == [
+    assert actions == [  # newest first; an action that changed nothing is recorded too
+        ("resume", {"type": "surface-probe"}, 0),
         ("resume", {"type": "surface-probe"}, 1),
+        ("pause", {"type": "surface-probe"}, 0),
         ("pause", {"type": "surface-probe"}, 1),
     ]
     with pytest.raises(InvalidArgument):
