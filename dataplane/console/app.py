@@ -32,7 +32,7 @@ from dataplane.auth.config import JwtConfig
 from dataplane.auth.verifier import JwtVerifier
 from dataplane.compat import install_edge, install_process
 from dataplane.console.board import REFRESH, Board
-from dataplane.console.reads import overview
+from dataplane.console.reads import is_operator_role, overview
 from dataplane.console.session import CSRF_HEADER, Sessions
 from dataplane.console.views import views
 from dataplane.core.errors import ConfigError, DatabaseUnavailable
@@ -40,7 +40,7 @@ from dataplane.core.settings import from_env, nested, setting
 from dataplane.db import Database, open_bridge, open_database
 from dataplane.http import ApiError, RequireTrio, install_error_handlers
 from dataplane.queue import queue_database
-from dataplane.queue.roles import refuse_owner
+from dataplane.queue.roles import RoleSettings, refuse_owner
 from telemetry.logs import configure_logging
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,12 @@ async def _serve_db(
         while True:
             try:
                 await refuse_owner(db, "operator")
+                if not (from_env(RoleSettings).allow_owner or await is_operator_role(db)):
+                    raise ConfigError(
+                        "the console: its queue-DB login is not a member of dataplane_operator"
+                        " (GRANT dataplane_operator TO <login>; `dataplane roles` prints the"
+                        " grants)"
+                    )
                 break
             except DatabaseUnavailable as exc:
                 state.why = f"the console: the database is unreachable ({exc})"

@@ -254,3 +254,9 @@ def _trace_of(payload: dict[str, Any]) -> str | None:
     if len(parts) == 4 and re.fullmatch(r"[0-9a-f]{32}", parts[1]):
         return parts[1]
     return None
+
+
+async def is_operator_role(db: Database) -> bool:
+    """Whether the console's queue-DB login is a member of ``dataplane_operator``."""
+    row = await db.fetchone(q("console_role_member"))
+    return bool(row is not None and row["member"])

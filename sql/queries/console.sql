@@ -81,3 +81,7 @@ FROM surface_result_blobs
 WHERE job_id = %(id)s::uuid
 ORDER BY created_at DESC
 LIMIT 5;
+
+-- name: console_role_member
+-- Whether the console's login is a member of the operator group (checked at boot).
+SELECT pg_has_role(current_user, 'dataplane_operator', 'MEMBER') AS member;

@@ -269,3 +269,22 @@ def test_it_runs_as_a_member_of_dataplane_operator(
     finally:
         with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
             conn.execute(f"DROP ROLE IF EXISTS {login}")
+
+
+def test_a_login_outside_dataplane_operator_is_refused_at_boot(
+    pg_admin_dsn: str, template_db: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    login, password = "console_viewer_test", "console-pw"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {login}")
+        conn.execute(f"CREATE ROLE {login} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT dataplane_viewer TO {login}")
+    try:
+        with pytest.raises(AssertionError, match="not a member of dataplane_operator"):
+            with running_console(pg_admin_dsn, template_db, tmp_path, login=(login, password)):
+                pass
+    finally:
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE IF EXISTS {login}")
