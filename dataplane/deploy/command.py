@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions = deploy.add_subparsers(dest="action", required=True)
     render_ = actions.add_parser(
         "render",
-        help="a kustomize base: migration Job, BFF, capcom, a worker per surface and tier "
+        help="a kustomize base: migration Job, BFF, capcom, console, a worker per surface and tier "
         "with its KEDA ScaledObject, NetworkPolicy (DATAPLANE_PROBE=1 adds probe)",
     )
     render_.add_argument(

@@ -13,6 +13,7 @@ What is rendered, for an image and the installed surfaces:
   PostgreSQL scaler over ``maestro_queue_depth`` (migration 0011): live tiers keep
   one replica, dev tiers may scale to zero;
 * capcom (the telemetry receiver): Deployment and Service;
+* the operators' console: Deployment and ClusterIP Service (:mod:`dataplane.deploy.console`);
 * a NetworkPolicy per component (:mod:`dataplane.deploy.policies`).
 
 Credentials are only referenced (``secretKeyRef``; :data:`SECRETS` names them),
@@ -60,6 +61,9 @@ RESOURCES: dict[str, Obj] = {
     "worker": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "320Mi"}},
     "capcom": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
     "migrate": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
+    # Not measured by bench/fleet_resources.py: capcom's figures plus its templates and
+    # the wallboard's streams (64 at most), for a few operators.
+    "console": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
 }
 
 # Secret name -> keys, as the manifests reference them (a key marked optional may be absent).
@@ -70,6 +74,7 @@ SECRETS: dict[str, dict[str, str]] = {
     "dataplane-queue-db-bff": {"url": "queue DB DSN of a login in dataplane_bff"},
     "dataplane-queue-db-worker": {"url": "queue DB DSN of a login in dataplane_worker"},
     "dataplane-queue-db-capcom": {"url": "queue DB DSN of a login in dataplane_capcom"},
+    "dataplane-queue-db-console": {"url": "queue DB DSN of a login in dataplane_operator"},
     "dataplane-queue-db-scaler": {"url": "queue DB DSN of a login in dataplane_scaler (KEDA)"},
     "dataplane-client-db": {"url": "read-only client DB DSN (workers of client-DB surfaces)"},
     "dataplane-bff": {
@@ -80,6 +85,9 @@ SECRETS: dict[str, dict[str, str]] = {
     # Required: /metrics of the BFF, capcom and every worker answers only with it
     # (the example overlay generates it: deploy/kubernetes/overlays/example/init-secrets).
     "dataplane-metrics": {"token": "bearer token a scraper of /metrics sends"},
+    # Required: the console's CSRF key, shared by its replicas (the example overlay
+    # generates it beside the metrics token).
+    "dataplane-console": {"csrf-secret": "DATAPLANE_CONSOLE_SECRET, random (the CSRF key)"},
     "dataplane-shared": {
         "notify-secret": "optional: DATAPLANE_NOTIFY_SECRET (BFF and workers)",
         "capcom-token": "optional: DATAPLANE_CAPCOM_TOKEN (workers and capcom)",

@@ -4,6 +4,10 @@
   for ``/metrics`` with its token) only;
 * worker: ingress on its metrics port from the monitoring namespace only;
 * capcom: ingress on its port from the workers, and from the monitoring namespace;
+* console: no ingress rule at all in the base (operators reach it by ``kubectl
+  port-forward``, which enters the pod by its loopback, not the pod network); an
+  overlay adds a rule from its operators' namespace (:data:`CONSOLE_INGRESS_PATH`, the
+  example overlay does), never "from anywhere";
 * every component: egress to DNS, and to Postgres only at the databases the
   :data:`DATABASE_SELECTOR` labels (pods in-cluster); an overlay replaces that rule
   with ``ipBlock``\\ s for databases outside the cluster (the example overlay does), never
@@ -33,6 +37,9 @@ MONITORING_NAMESPACE = "monitoring"
 DATABASE_SELECTOR = {"dataplane.io/database": "true"}
 # The index of the Postgres rule in every policy's egress (overlays patch it by path).
 POSTGRES_RULE = 1
+# Where an overlay appends who may reach the console (JSON patch ``op: add``): e.g.
+# ``{"from": [<your operators' namespaceSelector>], "ports": [8002/TCP]}``.
+CONSOLE_INGRESS_PATH = "/spec/ingress/-"
 
 
 def _namespace(name: str) -> Obj:
@@ -67,7 +74,7 @@ def _policy(component: str, ingress: list[Obj], egress: list[Obj]) -> Obj:
 
 
 def network_policies() -> list[Obj]:
-    """The BFF's, the workers' and capcom's policies."""
+    """The BFF's, the workers', capcom's and the console's policies."""
     monitoring = _namespace(MONITORING_NAMESPACE)
     workers = {"podSelector": {"matchLabels": labels("worker")}}
     capcom = {
@@ -86,4 +93,5 @@ def network_policies() -> list[Obj]:
             [{"from": [workers, monitoring], "ports": _tcp(CAPCOM_PORT)}],
             _egress(),
         ),
+        _policy("console", [], _egress()),  # no ingress but port-forward: an overlay adds it
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from dataplane.deploy.console import console_objects
 from dataplane.deploy.manifests import (
     NAME,
     Obj,
@@ -48,6 +49,7 @@ def render(surfaces: Mapping[str, Surface], *, image: str, version: str) -> dict
         "migrate.yaml": [migrate_job(image, version)],
         "bff.yaml": bff_objects(image),
         "capcom.yaml": capcom_objects(image),
+        "console.yaml": console_objects(image),
         "keda.yaml": [trigger_authentication()],
         "network-policy.yaml": network_policies(),
     }

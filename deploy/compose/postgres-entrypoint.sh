@@ -22,18 +22,20 @@ if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   # The plane's logins (compose.yaml): with DATAPLANE_DB_PASSWORDS naming a directory of
   # <login>_db_password files, `dataplane` (migrations: owns the queue DB, may create
   # roles, no superuser) and one login per runtime process, each a member of its group
-  # role only (sql/roles.sql, which `dataplane migrate` grants). Passwords are hex.
+  # role only (sql/roles.sql, which `dataplane migrate` grants): the console's is
+  # console_login, in dataplane_operator. Passwords are hex.
   if [ -n "${DATAPLANE_DB_PASSWORDS:-}" ]; then
     pw() { tr -cd '0-9a-f' <"$DATAPLANE_DB_PASSWORDS/$1_db_password"; }
     {
       echo "CREATE ROLE dataplane LOGIN CREATEDB CREATEROLE PASSWORD '$(pw admin)'"
       echo "ALTER DATABASE \"$POSTGRES_DB\" OWNER TO dataplane"
-      for kind in bff worker capcom scaler viewer; do
+      for kind in bff worker capcom scaler viewer operator; do
         echo "CREATE ROLE dataplane_$kind NOLOGIN"
       done
       for kind in bff worker capcom; do
         echo "CREATE ROLE ${kind}_login LOGIN PASSWORD '$(pw "$kind")' IN ROLE dataplane_$kind"
       done
+      echo "CREATE ROLE console_login LOGIN PASSWORD '$(pw console)' IN ROLE dataplane_operator"
     } | postgres --single -D "$PGDATA" postgres >/dev/null
   fi
   echo "postgres-entrypoint: initialized $PGDATA (user $POSTGRES_USER, database $POSTGRES_DB)"

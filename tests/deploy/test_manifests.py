@@ -167,6 +167,7 @@ def test_the_overlay_narrows_and_repoints() -> None:
     assert cidrs == {
         "dataplane-bff": ["10.20.0.10/32"],
         "dataplane-capcom": ["10.20.0.10/32"],
+        "dataplane-console": ["10.20.0.10/32"],
         "dataplane-worker": ["10.20.0.10/32", "10.20.0.11/32"],
     }
 
@@ -175,23 +176,41 @@ def test_the_overlay_narrows_and_repoints() -> None:
 def test_every_component_is_fenced_in_and_out(name: str) -> None:
     """A policy per component; every ingress rule names who may come in, every egress
     rule but DNS where it may go: no "any pod may reach the worker's metrics port", no
-    "any destination on 5432"."""
+    "any destination on 5432". The console has no ingress rule in the base (operators
+    port-forward); the overlay lets one namespace in, on its port."""
     objs = build(name)
     policies = {
         o["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: o["spec"]
         for o in objs
         if o["kind"] == "NetworkPolicy"
     }
-    assert set(policies) == {"bff", "worker", "capcom"}
+    assert set(policies) == {"bff", "worker", "capcom", "console"}
     for component, spec in policies.items():
         assert spec["policyTypes"] == ["Ingress", "Egress"], component
-        assert spec["ingress"] and all(rule.get("from") for rule in spec["ingress"]), component
+        assert spec.get("ingress") or component == "console", component
+        for rule in spec.get("ingress") or []:
+            assert rule.get("from") and rule.get("ports"), (component, rule)
+            for peer in rule["from"]:  # never "any namespace" or "any address"
+                assert peer.get("namespaceSelector", {"x": 1}) != {}, (component, peer)
+                assert peer.get("podSelector", {"x": 1}) != {} or "namespaceSelector" in peer
+                assert peer.get("ipBlock", {}).get("cidr") not in ("0.0.0.0/0", "::/0")
         for rule in spec["egress"]:
             ports = {p["port"] for p in rule["ports"]}
             assert ports == {53} or rule.get("to"), (component, rule)
     monitoring = {"kubernetes.io/metadata.name": "monitoring"}
     worker_from = policies["worker"]["ingress"][0]["from"]
     assert worker_from == [{"namespaceSelector": {"matchLabels": monitoring}}]
+    console_in = policies["console"].get("ingress") or []
+    if name == "base":
+        assert console_in == []
+    else:
+        operators = {"kubernetes.io/metadata.name": "ingress-internal"}
+        assert console_in == [
+            {
+                "from": [{"namespaceSelector": {"matchLabels": operators}}],
+                "ports": [{"protocol": "TCP", "port": 8002}],
+            }
+        ]
 
 
 def _env_secrets(objs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, str]]:
@@ -218,19 +237,66 @@ def test_each_process_has_its_own_queue_login_and_metrics_need_the_token() -> No
     assert queue.pop("dataplane-migrate-0-1-0") == "dataplane-queue-db-owner"
     assert queue.pop("dataplane-bff") == "dataplane-queue-db-bff"
     assert queue.pop("dataplane-capcom") == "dataplane-queue-db-capcom"
+    assert queue.pop("dataplane-console") == "dataplane-queue-db-console"
     assert queue and set(queue.values()) == {"dataplane-queue-db-worker"}, queue
     [auth] = [o for o in objs if o["kind"] == "TriggerAuthentication"]
     assert [r["name"] for r in auth["spec"]["secretTargetRef"]] == ["dataplane-queue-db-scaler"]
     for o in objs:
-        if o["kind"] not in ("Deployment", "Job") or o["kind"] == "Job":
-            continue
+        if o["kind"] != "Deployment" or o["metadata"]["name"] == "dataplane-console":
+            continue  # the console serves no /metrics
         [container] = o["spec"]["template"]["spec"]["containers"]
         [token] = [e for e in container["env"] if e["name"] == "DATAPLANE_METRICS_TOKEN"]
         ref = token["valueFrom"]["secretKeyRef"]
         assert ref["name"] == "dataplane-metrics" and not ref.get("optional"), o["metadata"]
     overlay = build("overlay")
-    [generated] = [o for o in overlay if o["kind"] == "Secret"]
-    assert generated["metadata"]["name"].startswith("dataplane-metrics-")
-    assert len(generated["data"]["token"]) >= 32
+    generated = {o["metadata"]["name"]: o for o in overlay if o["kind"] == "Secret"}
+    [metrics] = [o for name, o in generated.items() if name.startswith("dataplane-metrics-")]
+    assert len(metrics["data"]["token"]) >= 32
     names = {e for env in _env_secrets(overlay).values() for e in env.values()}
-    assert generated["metadata"]["name"] in names and "dataplane-metrics" not in names
+    assert metrics["metadata"]["name"] in names and "dataplane-metrics" not in names
+    [csrf] = [o for name, o in generated.items() if name.startswith("dataplane-console-")]
+    assert len(csrf["data"]["csrf-secret"]) >= 32 and len(generated) == 2
+    assert (
+        _env_secrets(overlay)["dataplane-console"]["DATAPLANE_CONSOLE_SECRET"]
+        == (csrf["metadata"]["name"])
+    )
+
+
+def test_the_console_is_deployed_hardened_inside_the_cluster_only() -> None:
+    """The console: a Deployment of the image's `console` command on 0.0.0.0:8002,
+    probed, hardened as every pod; a ClusterIP Service and no Ingress; its Secrets name
+    only its own queue login, the BFF's JWT keys (never the stream secret) and its CSRF
+    key; no metrics token (it serves no /metrics)."""
+    objs = build("base")
+    console = {o["kind"]: o for o in objs if o["metadata"]["name"] == "dataplane-console"}
+    assert set(console) == {"Deployment", "Service", "NetworkPolicy"}
+    assert not [o for o in objs if o["kind"] == "Ingress"]
+    assert console["Service"]["spec"]["type"] == "ClusterIP"
+    assert console["Service"]["spec"]["ports"] == [
+        {"name": "http", "port": 8002, "targetPort": "http"}
+    ]
+    pod = console["Deployment"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["args"] == ["console"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8002}]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DATAPLANE_CONSOLE_BIND"]["value"] == "0.0.0.0:8002"
+    refs = {k: e["valueFrom"]["secretKeyRef"] for k, e in env.items() if "valueFrom" in e}
+    assert {k: (r["name"], r["key"]) for k, r in refs.items()} == {
+        "MAESTRO_QUEUES_URL": ("dataplane-queue-db-console", "url"),
+        "DATAPLANE_JWT_SECRET": ("dataplane-bff", "jwt-secret"),
+        "DATAPLANE_JWT_PUBLIC_KEY": ("dataplane-bff", "jwt-public-key"),
+        "DATAPLANE_CONSOLE_SECRET": ("dataplane-console", "csrf-secret"),
+    }
+    assert not refs["DATAPLANE_CONSOLE_SECRET"].get("optional")  # shared by the replicas

@@ -1,5 +1,6 @@
 """compose.yaml under real podman-compose: the whole one-machine fleet comes up and
-answers a real POST -> SSE ``done`` through the proxy (the config alone, offline:
+answers a real POST -> SSE ``done`` through the proxy, and the operators' console is
+ready on its loopback port and reads the queue as an operator (the config alone, offline:
 tests/deploy/test_compose_config.py).
 
 The images come from scripts/build-image (the plane's; ``IMAGE`` names another tag) and
@@ -66,6 +67,7 @@ def fleet_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         DATAPLANE_IMAGE=f"{image}-lms:{VERSION}",
         DATAPLANE_LISTEN=f"127.0.0.1:{free_port()}",
         PROMETHEUS_LISTEN=f"127.0.0.1:{free_port()}",
+        CONSOLE_LISTEN=f"127.0.0.1:{free_port()}",
         COMPOSE_PROJECT_NAME=f"dptest{uuid.uuid4().hex[:8]}",
     )
     yield env
@@ -128,6 +130,7 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
                 break
             assert time.monotonic() < deadline, (final, logs(env, "worker-users"))
         assert len(final["result"]["rows"]) == 3, final
+        _console_is_ready_and_reads_as_an_operator(env, secret)
         # Every process of the plane is connected as its own login, none as the owner's
         # or the superuser's (the runtime refuses those: dataplane.queue.roles).
         pg_password = Path(env["DATAPLANE_SECRETS"], "pg_password").read_text().strip()
@@ -138,9 +141,35 @@ def test_compose_up_answers_a_post_with_sse_done_through_the_proxy(
              " AND usename <> 'postgres'"],
             env=env, capture_output=True, text=True, timeout=60, check=True,
         ).stdout.split()  # fmt: skip
-        assert {"bff_login", "worker_login", "capcom_login"} <= set(sessions), sessions
+        logins = {"bff_login", "worker_login", "capcom_login", "console_login"}
+        assert logins <= set(sessions), sessions
         assert "dataplane" not in sessions, sessions  # migrate has exited; nobody else
         assert http.get("/metrics").status_code == 404  # the proxy does not serve /metrics
         for encoded in ("/%6detrics", "/%2fmetrics"):  # nor past its rule, encoded
             assert http.get(encoded).status_code == 400, encoded
     print(f"compose up -d to /readyz through the proxy: {ready:.1f} s")
+
+
+def _console_is_ready_and_reads_as_an_operator(env: dict[str, str], jwt_secret: str) -> None:
+    """The console's /readyz is 200 through its published port (its login is in
+    dataplane_operator, or it would answer 503 saying so); a page needs a token, and an
+    operator's token (the BFF's JWT secret, a `roles` claim) reads the wallboard."""
+    from dataplane.auth.verifier import mint_token
+
+    deadline = time.monotonic() + 60  # migrate has exited: only its own boot is left
+    with httpx.Client(base_url="http://" + env["CONSOLE_LISTEN"], timeout=10) as http:
+        last: object = None
+        while True:
+            try:
+                last = http.get("/readyz")
+                if last.status_code == 200:
+                    break
+                last = last.text
+            except httpx.HTTPError as exc:
+                last = exc
+            assert time.monotonic() < deadline, (last, logs(env, "console"))
+            time.sleep(0.5)
+        assert http.get("/overview.json").status_code == 401
+        token = mint_token(jwt_secret, client="ops", sub="op1", roles=["dataplane:operator"])
+        cards = http.get("/overview.json", headers={"Authorization": f"Bearer {token}"})
+        assert cards.status_code == 200, (cards.text, logs(env, "console"))
