@@ -171,6 +171,7 @@ def _cmd_token(args: argparse.Namespace) -> int:
             ttl=args.ttl,
             audience=jwt.audience,
             issuer=jwt.issuer,
+            roles=args.role or None,
         )
     )
     return 0
@@ -262,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--sub", default="dev-user", help="the user id (sub claim)")
     tok.add_argument("--email")
     tok.add_argument("--ttl", type=int, default=3600, help="seconds")
+    tok.add_argument(
+        "--role",
+        action="append",
+        choices=["dataplane:operator", "dataplane:viewer"],
+        help="a console role in the roles claim (repeatable)",
+    )
 
     dev = sub.add_parser("dev", help="the whole stack on an embedded Postgres")
     dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
