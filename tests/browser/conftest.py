@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,8 +157,10 @@ def stack(
         _admin(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="module")
-def browser(stack: Stack) -> Iterator[Browser]:
+@contextmanager
+def launched_chromium() -> Iterator[Browser]:
+    """Debian's Chromium under Playwright until the block ends (fails, never skips,
+    without it): the demo page's tests and the console's share it."""
     missing = browser_tools_missing()
     if missing:
         pytest.fail(missing, pytrace=False)
@@ -178,6 +181,12 @@ def browser(stack: Stack) -> Iterator[Browser]:
                 chromium.close()
     finally:
         asyncio.set_event_loop_policy(None)
+
+
+@pytest.fixture(scope="module")
+def browser(stack: Stack) -> Iterator[Browser]:
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture

@@ -5,20 +5,13 @@ viewer sees no action. A real ``dataplane console`` on a queue DB of its own
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.browser.conftest import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    SCREENSHOTS,
-    TIMEOUT_MS,
-    browser_tools_missing,
-)
+from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, launched_chromium
 from tests.console import Console, operator_token, running_console, viewer_token
 
 if TYPE_CHECKING:
@@ -36,24 +29,8 @@ def console(
 
 @pytest.fixture(scope="module")
 def chromium(console: Console) -> Iterator[Browser]:
-    missing = browser_tools_missing()
-    if missing:
-        pytest.fail(missing, pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    # As tests/browser/conftest.py: Playwright's sync API needs a plain asyncio loop.
-    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=TIMEOUT_MS
-            )
-            try:
-                yield browser
-            finally:
-                browser.close()
-    finally:
-        asyncio.set_event_loop_policy(None)
+    with launched_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
