@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from pathlib import Path
@@ -156,6 +157,36 @@ def test_the_claim_functions_constant_bound_is_the_largest_claim_batch() -> None
         body = text[text.index("AS $claim$") :]
         bounds = {int(n) for n in re.findall(r"LIMIT (\d+)", body)} - {1}  # LIMIT 1: a probe
         assert bounds == {MAX_CLAIM_BATCH}
+
+
+def test_the_paused_claim_is_the_bounded_claim_but_for_its_pause_check() -> None:
+    """0018 repeats 0015's maestro_claim to add one statement (CREATE OR REPLACE takes a
+    whole body): nothing else of the claim may drift between the two."""
+
+    def body(migration: str) -> list[str]:
+        text = (sql_root() / "migrations" / migration).read_text()
+        start = text.index("AS $claim$")
+        return text[start : text.index("$claim$;", start)].splitlines()
+
+    bounded, paused = body("0015_flow_control.sql"), body("0018_operator_actions.sql")
+    changes = [
+        (tag, bounded[i1:i2], paused[j1:j2])
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=bounded, b=paused).get_opcodes()
+        if tag != "equal"
+    ]
+    assert [
+        (tag, old, [line.split("--")[0].strip() for line in new]) for tag, old, new in changes
+    ] == [
+        (
+            "insert",
+            [],
+            [
+                "IF EXISTS (SELECT 1 FROM maestro_paused p WHERE p.type = p_type) THEN",
+                "RETURN;",
+                "END IF;",
+            ],
+        )
+    ]
 
 
 def test_an_old_setting_name_is_read_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
