@@ -56,13 +56,15 @@ def _record_requests(page: Page) -> list[str]:
 
 
 def _kinds(log: list[str], job_id: str) -> list[str]:
-    """The requests of ``log`` about one job: "stream", "poll" or "blob"."""
+    """The requests of ``log`` about one job: "stream", "poll", "blob" or "withdraw"."""
     kinds = []
     for line in log:
         if f"/q/{job_id}" in line:
             path = line.split("?")[0]
             kinds.append(
-                "stream"
+                "withdraw"
+                if line.startswith("DELETE ")
+                else "stream"
                 if path.endswith("/stream")
                 else "blob"
                 if path.endswith("/blob")
@@ -198,13 +200,14 @@ def test_an_aborted_query_stops_cleanly(page: Page, stack: Stack) -> None:
     outcome = page.evaluate("() => dataplaneDemo.abortAt('probe', 'sleep', {ms: 2000}, 'queued')")
     assert outcome["outcome"] == "rejected" and outcome["name"] == "AbortError", outcome
     assert outcome["events"] == ["queued"] and outcome["openStreams"] == 0, outcome
-    # The job itself runs on (a browser giving up never kills work); the page asks nothing
-    # more about it (no stream reconnect, no poll, no blob), well past the job's end.
+    # The abort withdraws the page from the job (one DELETE); a job already running runs
+    # on (a browser giving up never kills work), a pending one nobody else asked for is
+    # cancelled. The page asks nothing more about it (no stream reconnect, no poll, no
+    # blob), well past the job's end.
     page.wait_for_timeout(3500)
-    assert _kinds(log, outcome["jobId"]) == ["stream"], log
-    assert stack.queue_one("SELECT status FROM maestro_queues WHERE id = %s", outcome["jobId"]) == (
-        "done",
-    )
+    assert _kinds(log, outcome["jobId"]) == ["stream", "withdraw"], log
+    (status,) = stack.queue_one("SELECT status FROM maestro_queues WHERE id = %s", outcome["jobId"])
+    assert status in ("done", "cancelled"), status
 
     # The same through the page's buttons.
     page.get_by_test_id("abort-ms").fill("3000")
@@ -233,13 +236,13 @@ def test_stream_timeout_falls_back_to_polling(page: Page, stack: Stack) -> None:
     assert polls[-1] == 200 and 202 in polls and names[-1] == "done", answer["events"]
     assert data["done"]["result"] == {"slept_ms": 3500}
 
-    # Aborting while polling stops the polling.
+    # Aborting while polling stops the polling and withdraws the page from the job.
     log = _record_requests(page)
     outcome = page.evaluate("() => dataplaneDemo.abortAt('probe', 'sleep', {ms: 4000}, 'poll')")
     assert outcome["outcome"] == "rejected" and outcome["name"] == "AbortError", outcome
     assert outcome["events"] == ["queued", "error", "poll"], outcome
     page.wait_for_timeout(3000)  # polls came every second before the abort
-    assert _kinds(log, outcome["jobId"]) == ["stream", "poll"], log
+    assert _kinds(log, outcome["jobId"]) == ["stream", "poll", "withdraw"], log
 
 
 def test_a_stream_that_cannot_connect_falls_back_to_polling(page: Page, stack: Stack) -> None:

@@ -1,0 +1,642 @@
+/**
+ * @surface-dataplane/client: the browser side of the Surface Data Plane. No dependencies.
+ *
+ *   import { createDataClient } from "@surface-dataplane/client";
+ *   import type { Operations } from "./dataplane-types.js"; // `npx surface-dataplane generate`
+ *   const users = createDataClient<Operations["users"]>({ baseUrl: "/api/users", getToken });
+ *   const page = await users.query("list", { limit: 10 }, { signal, onProgress });
+ *
+ * A query POSTs `{operation, params}` to `<baseUrl>/q` with `Prefer: wait=1` (RFC 7240): a
+ * job that answers within that second comes back in the POST's own `200`, one round trip,
+ * no stream (at most MAX_WAITING_POSTS such POSTs of a page wait at once; the others ask
+ * for no wait). Otherwise the POST answers 202 `{jobId, streamUrl, pollUrl, coalesced}` and
+ * the client listens on `streamUrl` (Server-Sent Events) for `done`. On a stream `TIMEOUT`
+ * (the job keeps running), or a stream that cannot connect, it polls `pollUrl` instead
+ * (honouring `Retry-After`, bounded backoff) until the answer is there. Reconnects are
+ * EventSource's own: it sends `Last-Event-ID`, so a reconnect never replays an event.
+ *
+ * What a browser needs besides: aborting a query withdraws it (`DELETE` of the job: this
+ * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
+ * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
+ * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
+ * true})` once and tries again; progress events reach `onProgress`.
+ *
+ * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
+ * with `{blob, contentType, filename, size}`. Every failure rejects with a
+ * {@link DataPlaneError} (`status`, `code`, `message`, `jobId`; status 0 and code `NETWORK`
+ * when no answer came at all); an aborted query rejects with an error named `AbortError`.
+ */
+
+/** Codes for an error answer that names only its status (the BFF's own table). */
+const CODES: Record<number, string> = {
+  400: "BAD_REQUEST",
+  401: "UNAUTHORIZED",
+  403: "FORBIDDEN",
+  404: "NOT_FOUND",
+  405: "METHOD_NOT_ALLOWED",
+  413: "PAYLOAD_TOO_LARGE",
+  415: "UNSUPPORTED_MEDIA_TYPE",
+  429: "TOO_MANY_REQUESTS",
+  500: "INTERNAL",
+  503: "UNAVAILABLE",
+};
+
+const POLL_FIRST_MS = 250; // first poll delay when the server gives no Retry-After
+const POLL_MAX_MS = 5000; // the backoff ceiling
+const POLL_MAX_FAILURES = 5; // consecutive 503s / network failures before giving up
+const STREAM_MAX_ERRORS = 3; // connection errors after the first event before polling
+// How long a POST asks the BFF to hold it for the answer (Prefer: wait, whole seconds).
+// Typical answers (probe.echo, cache hits, the demo's queries) take milliseconds to a few
+// hundred; a job slower than this pays one extra round trip (the stream, a few ms: under
+// 1 % of its time) and gets its `queued` event at most this late. Below the server's cap
+// (DATAPLANE_MAX_PREFER_WAIT_SECONDS, 5 by default), so the client's choice holds.
+const PREFER_WAIT_SECONDS = 1;
+// POSTs of this page held open at once for their answer. A held POST occupies one of the
+// six connections a browser keeps per origin over HTTP/1.1: past this many, a query POSTs
+// without Prefer (202 at once, then the stream), so a burst of queries is not serialised
+// behind held POSTs (and identical ones still coalesce onto one live job): two held
+// leave four connections for the rest (a burst of 50 identical queries coalesced less
+// reliably with four held on a busy machine).
+const MAX_WAITING_POSTS = 2;
+let waitingPosts = 0; // shared by every client of the page: the connections are too
+// Retries of a refused POST (429, 503 with Retry-After): at most this many, all within
+// the budget; each waits Retry-After plus up to half of it again (jitter: a burst of
+// refused clients does not come back in one instant), capped.
+const RETRIES = 3;
+const RETRY_BUDGET_MS = 30_000;
+const RETRY_MAX_DELAY_MS = 10_000;
+// An aborted query still learns its job's id from a POST in flight, to withdraw it: the
+// POST is given this long past the abort (plus its Prefer: wait), and the DELETE this long.
+const ABORT_GRACE_MS = 2000;
+
+/** An error answer of the data plane: HTTP 4xx/5xx, an error in the job's answer, or POISON. */
+export class DataPlaneError extends Error {
+  override readonly name = "DataPlaneError";
+  /** HTTP-style status: 400, 401, 403, 404, 429, 500 (POISON), 503...; 0 when no answer came. */
+  status: number;
+  /** BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, POISON, CANCELLED, NETWORK, ... */
+  code: string;
+  /** The job's id, when the error came after the job was enqueued. */
+  jobId: string | null;
+
+  constructor({ status = 500, code, message, jobId = null, cause }: ErrorInit) {
+    super(message || `request failed with status ${status}`, { cause });
+    this.status = status;
+    this.code = code || CODES[status] || "ERROR";
+    this.jobId = jobId;
+  }
+}
+
+export interface ErrorInit {
+  status?: number;
+  code?: string;
+  message?: string;
+  jobId?: string | null;
+  cause?: unknown;
+}
+
+/** One operation's types: what it takes and what it answers. */
+export interface OperationTypes {
+  params: unknown;
+  result: unknown;
+}
+/** A surface's operations by name (a generated `Operations["<surface>"]`). */
+export type SurfaceTypes = { [operation: string]: OperationTypes };
+/** Every surface of a plane (the generated `Operations`). */
+export type PlaneTypes = { [surface: string]: SurfaceTypes };
+/** Without generated types: any operation, any params, any answer. */
+export type UntypedSurface = { [operation: string]: { params: object | undefined; result: any } };
+export type UntypedPlane = { [surface: string]: UntypedSurface };
+
+/** `[params, options]`, params optional when the operation requires none. */
+export type QueryArgs<T extends OperationTypes> = {} extends T["params"]
+  ? [params?: T["params"], options?: QueryOptions]
+  : [params: T["params"], options?: QueryOptions];
+
+export interface TokenRequest {
+  /** True after a 401: the token given was refused; return a fresh one. */
+  refresh: boolean;
+}
+
+export interface DataClientOptions {
+  /** The surface's API root, e.g. "/api/users". */
+  baseUrl: string;
+  /** The caller's JWT, sent as `Authorization: Bearer <token>`; asked again with
+   * `{refresh: true}` once after a 401. */
+  getToken: (request: TokenRequest) => string | Promise<string>;
+  /** Defaults to the global fetch. */
+  fetch?: typeof globalThis.fetch;
+  /** Defaults to the global EventSource. */
+  EventSource?: typeof globalThis.EventSource;
+  /**
+   * How long the POST may wait for the answer (`Prefer: wait=N`, RFC 7240; whole
+   * seconds, capped by the server). An answer within it comes in the POST's `200`: one
+   * round trip, no stream. 0 never waits (always 202, then the stream). Default 1.
+   * At most 2 POSTs of a page wait at once (each holds one of the browser's HTTP/1.1
+   * connections to the origin); the others ask for no wait.
+   */
+  preferWaitSeconds?: number;
+  /** Retries of a POST refused with 429 or 503 and `Retry-After`. */
+  retry?: RetryPolicy;
+  /** Called before each retry (every query of this client; a query's own adds to it). */
+  onRetry?: (retry: RetryInfo) => void;
+}
+
+export interface RetryPolicy {
+  /** How many times a refused POST is sent again (default 3; 0 never retries). */
+  retries?: number;
+  /** The most time all the retries of one query may wait, in ms (default 30000). */
+  budgetMs?: number;
+  /** The longest single wait, in ms (default 10000). */
+  maxDelayMs?: number;
+}
+
+/** One retry of a refused POST, before its wait. */
+export interface RetryInfo {
+  operation: string;
+  /** 1 for the first retry. */
+  attempt: number;
+  /** What refused the POST: 429, 503 (with Retry-After), or 401 (the token refreshed). */
+  status: number;
+  delayMs: number;
+  error: DataPlaneError;
+}
+
+/** A finished job's answer: the `done` event's data, the poll's 200 body and the POST's
+ * 200 body under `Prefer: wait`. */
+export interface Answer<T = unknown> {
+  jobId: string;
+  status: string;
+  result?: T;
+  error?: { status: number; code?: string; message: string };
+  blobRef?: { url: string; contentType: string; size: number; filename?: string };
+  cache?: "hit" | "miss" | "bypass";
+  coalesced?: boolean;
+  timings?: { queueMs?: number; runMs?: number };
+}
+
+/** A running job's progress, as its handler reported it (`ctx.progress`). */
+export interface Progress {
+  jobId: string;
+  /** The attempt (a retried job starts again) and the report's number within it. */
+  attempt: number;
+  seq: number;
+  /** In [0, 1]; `done / total` when the handler gave those. */
+  fraction?: number;
+  done?: number;
+  total?: number;
+  message?: string;
+  /** A small partial result (at most 4 KiB of JSON). */
+  partial?: unknown;
+}
+
+export interface QueryEvents {
+  queued: { jobId: string; status: string };
+  /** The job's progress: the latest first on a (re)connect, then each newer one. */
+  progress: Progress;
+  /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
+  error: { jobId: string; code: string; message: string; status?: number };
+  /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */
+  poll: { jobId: string; httpStatus: number; status: string };
+  /** The final answer, whether it came over the stream or by polling. */
+  done: Answer;
+}
+
+/** `[name, data]` of one query event. */
+export type QueryEvent = {
+  [K in keyof QueryEvents]: [name: K, data: QueryEvents[K]];
+}[keyof QueryEvents];
+
+export interface QueryOptions {
+  /** Aborting withdraws the job (DELETE), closes the stream, stops polling and rejects
+   * with an `AbortError`. */
+  signal?: AbortSignal;
+  /** Every event; `(name, data) => { if (name === "done") data.cache }` narrows `data`. */
+  onEvent?: (...event: QueryEvent) => void;
+  /** The job's progress, newest last (a progress seen twice, after a reconnect, once). */
+  onProgress?: (progress: Progress) => void;
+  /** Called before each retry of this query. */
+  onRetry?: (retry: RetryInfo) => void;
+}
+
+/** What a query with a blob answer (a PDF, a large result) resolves with. */
+export interface BlobResult {
+  blob: Blob;
+  contentType: string;
+  filename: string;
+  size: number;
+}
+
+export interface DataClient<S extends SurfaceTypes = UntypedSurface> {
+  /** Resolves with the operation's `result` (or a {@link BlobResult}); rejects with
+   * DataPlaneError, or an `AbortError` once the job is withdrawn. */
+  query<O extends keyof S & string>(operation: O, ...args: QueryArgs<S[O]>): Promise<S[O]["result"]>;
+}
+
+export interface PlaneClientOptions extends Omit<DataClientOptions, "baseUrl"> {
+  /** Where the surfaces' routes are: `<apiRoot>/<surface>/q`. Default "/api". */
+  apiRoot?: string;
+}
+
+export interface PlaneClient<P extends PlaneTypes = UntypedPlane> {
+  query<Sid extends keyof P & string, O extends keyof P[Sid] & string>(
+    surface: Sid,
+    operation: O,
+    ...args: QueryArgs<P[Sid][O]>
+  ): Promise<P[Sid][O]["result"]>;
+  /** The client of one surface (made once, then the same one). */
+  surface<Sid extends keyof P & string>(surface: Sid): DataClient<P[Sid]>;
+}
+
+interface Queued {
+  jobId: string;
+  streamUrl: string;
+  pollUrl: string;
+  coalesced?: boolean;
+}
+
+type Emit = <K extends keyof QueryEvents>(name: K, data: QueryEvents[K]) => void;
+
+/** One client for every surface of a plane: `query(surface, operation, params)`. */
+export function createPlaneClient<P extends PlaneTypes = UntypedPlane>(
+  options: PlaneClientOptions,
+): PlaneClient<P> {
+  const root = (options.apiRoot ?? "/api").replace(/\/+$/, "");
+  const clients = new Map<string, DataClient<any>>();
+  const surface = (sid: string): DataClient<any> => {
+    let client = clients.get(sid);
+    if (!client) {
+      client = createDataClient({ ...options, baseUrl: `${root}/${encodeURIComponent(sid)}` });
+      clients.set(sid, client);
+    }
+    return client;
+  };
+  return {
+    query: (sid: string, operation: string, ...args: any[]) =>
+      surface(sid).query(operation, ...(args as [object])),
+    surface,
+  } as PlaneClient<P>;
+}
+
+/** The client of one surface. */
+export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
+  options: DataClientOptions,
+): DataClient<S> {
+  const { baseUrl, getToken, preferWaitSeconds = PREFER_WAIT_SECONDS } = options;
+  const doFetch = options.fetch || globalThis.fetch.bind(globalThis);
+  const EventSourceImpl = options.EventSource || globalThis.EventSource;
+  const root = baseUrl.replace(/\/+$/, "");
+  const wait = Math.max(0, Math.floor(Number(preferWaitSeconds) || 0));
+  const policy = {
+    retries: Math.max(0, options.retry?.retries ?? RETRIES),
+    budgetMs: options.retry?.budgetMs ?? RETRY_BUDGET_MS,
+    maxDelayMs: options.retry?.maxDelayMs ?? RETRY_MAX_DELAY_MS,
+  };
+
+  async function query(
+    operation: string,
+    params: object = {},
+    { signal, onEvent, onProgress, onRetry }: QueryOptions = {},
+  ): Promise<any> {
+    let lastProgress: Progress | null = null;
+    const emit: Emit = (name, data) => {
+      if (name === "progress") {
+        const p = data as Progress;
+        if (lastProgress && !newer(p, lastProgress)) return; // seen (a reconnect's replay)
+        lastProgress = p;
+        call(onProgress, p);
+      }
+      call(onEvent as any, name, data);
+    };
+    const retried = (info: RetryInfo) => {
+      call(options.onRetry, info);
+      call(onRetry, info);
+    };
+    let job: Queued | null = null;
+    let jobId: string | null = null;
+    try {
+      throwIfAborted(signal);
+      const body = JSON.stringify({ operation, params });
+      const posted = await send({ operation, body, signal, retried });
+      if ("job" in posted) job = posted.job;
+      throwIfAborted(signal);
+      let answer: Answer;
+      if ("answer" in posted) {
+        // Prefer: wait: the answer came with the POST (the body the stream's end carries).
+        answer = posted.answer;
+        jobId = answer.jobId;
+        if (answer.status === "poison" || answer.status === "cancelled") {
+          // As the stream reports a parked or cancelled job: an error event, then reject.
+          emit("error", { jobId: answer.jobId, ...(answer.error as any) });
+          throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
+        }
+      } else {
+        job = posted.job;
+        jobId = job.jobId;
+        answer =
+          (await viaStream(EventSourceImpl, job, signal, emit)) ||
+          (await viaPolling(doFetch, job, signal, emit));
+      }
+      emit("done", answer);
+      if (answer.error) throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
+      if (answer.blobRef) return await fetchBlob(doFetch, answer.blobRef, answer.jobId, signal);
+      return answer.result;
+    } catch (err) {
+      if (signal?.aborted) {
+        const late = err instanceof Aborted ? err.job : null;
+        await withdraw(doFetch, job || late);
+        throw abortError(signal);
+      }
+      if (err instanceof DataPlaneError) throw err;
+      // No answer at all (the network, a body that is not JSON): still a typed error.
+      const message = err instanceof Error ? err.message : String(err);
+      throw new DataPlaneError({ status: 0, code: "NETWORK", message, jobId, cause: err });
+    }
+  }
+
+  /** POST the query: its answer (Prefer: wait) or its job; 401/429/503 handled. */
+  async function send({
+    operation,
+    body,
+    signal,
+    retried,
+  }: {
+    operation: string;
+    body: string;
+    signal: AbortSignal | undefined;
+    retried: (info: RetryInfo) => void;
+  }): Promise<{ answer: Answer } | { job: Queued }> {
+    const started = Date.now();
+    let refreshed = false;
+    let token = await getToken({ refresh: false });
+    for (let attempt = 1; ; attempt++) {
+      throwIfAborted(signal);
+      const resp = await postOnce(body, token, signal);
+      if (resp.status === 200) return { answer: await resp.json() };
+      if (resp.status === 202) return { job: await resp.json() };
+      const error = await errorOf(resp, null);
+      if (resp.status === 401 && !refreshed) {
+        refreshed = true;
+        retried({ operation, attempt, status: 401, delayMs: 0, error });
+        token = await getToken({ refresh: true });
+        continue;
+      }
+      const after = retryAfterSeconds(resp);
+      if ((resp.status !== 429 && resp.status !== 503) || after === null) throw error;
+      const delayMs = Math.min(after * 1000 * (1 + Math.random() / 2), policy.maxDelayMs);
+      const retries = attempt - (refreshed ? 1 : 0);
+      if (retries > policy.retries || Date.now() - started + delayMs > policy.budgetMs) {
+        throw error;
+      }
+      retried({ operation, attempt: retries, status: resp.status, delayMs, error });
+      await sleep(delayMs, signal);
+    }
+  }
+
+  /** One POST. The caller's abort does not cut it at once: its answer names the job
+   * to withdraw (an {@link Aborted} carries it), given ABORT_GRACE_MS past its wait. */
+  async function postOnce(body: string, token: string, signal: AbortSignal | undefined) {
+    const held = wait > 0 && waitingPosts < MAX_WAITING_POSTS;
+    if (held) waitingPosts += 1;
+    const cut = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const onAbort = () => {
+      timer = setTimeout(() => cut.abort(), ABORT_GRACE_MS + (held ? wait * 1000 : 0));
+    };
+    if (signal) signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      const resp = await doFetch(absolute(`${root}/q`), {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${token}`,
+          "Content-Type": "application/json",
+          ...(held ? { Prefer: `wait=${wait}` } : {}),
+        },
+        body,
+        signal: cut.signal,
+      });
+      if (signal?.aborted) {
+        const queued = resp.status === 202 ? ((await resp.json()) as Queued) : null;
+        throw new Aborted(queued);
+      }
+      return resp;
+    } finally {
+      if (held) waitingPosts -= 1;
+      signal?.removeEventListener("abort", onAbort);
+      clearTimeout(timer);
+    }
+  }
+
+  return { query } as DataClient<S>;
+}
+
+/** A query aborted while its POST was in flight: the job the POST queued, if any. */
+class Aborted extends Error {
+  constructor(readonly job: Queued | null) {
+    super("aborted");
+  }
+}
+
+/** Withdraw this requester from the job (its signed pollUrl names the requester): a job
+ * nobody else asked for is cancelled; one already running finishes (409), for the cache. */
+async function withdraw(doFetch: typeof globalThis.fetch, job: Queued | null): Promise<void> {
+  if (!job) return;
+  try {
+    await doFetch(absolute(job.pollUrl), {
+      method: "DELETE",
+      headers: { Accept: "application/json" },
+      signal: AbortSignal.timeout(ABORT_GRACE_MS),
+    });
+  } catch {
+    // the abort stands whatever the DELETE met: its job's lease and TTL still bound it
+  }
+}
+
+/** Save a blob answer as a file (an `<a download>` click). */
+export function download({ blob, filename }: BlobResult): void {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename || "download";
+  a.style.display = "none";
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** The answer from the event stream, or null when the caller should poll instead. */
+function viaStream(
+  ES: typeof globalThis.EventSource,
+  job: Queued,
+  signal: AbortSignal | undefined,
+  emit: Emit,
+): Promise<Answer | null> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const source = new ES(absolute(job.streamUrl));
+    let events = 0;
+    let errors = 0;
+    const finish = (settle: () => void) => {
+      source.close();
+      signal?.removeEventListener("abort", onAbort);
+      settle();
+    };
+    const onAbort = () => finish(() => reject(abortError(signal)));
+    signal?.addEventListener("abort", onAbort);
+    const data = (e: Event) => parse((e as MessageEvent).data);
+
+    source.addEventListener("queued", (e) => {
+      events += 1;
+      emit("queued", data(e));
+    });
+    source.addEventListener("progress", (e) => {
+      events += 1;
+      emit("progress", data(e));
+    });
+    source.addEventListener("done", (e) => {
+      const answer = data(e);
+      finish(() => resolve(answer));
+    });
+    source.addEventListener("error", (e) => {
+      if (typeof (e as MessageEvent).data === "string") {
+        // A server-sent `event: error`: TIMEOUT (the job runs on: poll) or POISON (final).
+        const error = data(e);
+        emit("error", error);
+        if (error.code === "TIMEOUT") return finish(() => resolve(null));
+        return finish(() => reject(new DataPlaneError({ ...error, jobId: job.jobId })));
+      }
+      // The connection failed. EventSource retries on its own, unless it gave up (CLOSED).
+      errors += 1;
+      if (events === 0 || errors > STREAM_MAX_ERRORS || source.readyState === ES.CLOSED) {
+        finish(() => resolve(null));
+      }
+    });
+  });
+}
+
+/** Poll until the job has its answer (200). */
+async function viaPolling(
+  doFetch: typeof globalThis.fetch,
+  job: Queued,
+  signal: AbortSignal | undefined,
+  emit: Emit,
+): Promise<Answer> {
+  let backoff = POLL_FIRST_MS;
+  let failures = 0;
+  for (;;) {
+    throwIfAborted(signal);
+    let resp: Response | null = null;
+    try {
+      resp = await doFetch(absolute(job.pollUrl), {
+        headers: { Accept: "application/json" },
+        signal,
+      });
+    } catch (err) {
+      if (signal?.aborted || ++failures > POLL_MAX_FAILURES) throw err;
+    }
+    if (resp && resp.status === 200) {
+      const answer = await resp.json();
+      emit("poll", { jobId: job.jobId, httpStatus: 200, status: answer.status });
+      return answer;
+    }
+    if (resp && resp.status === 202) {
+      failures = 0;
+      const body = await resp.json();
+      emit("poll", { jobId: job.jobId, httpStatus: 202, status: body.status });
+      if (body.progress) emit("progress", body.progress);
+    } else if (resp && (resp.status !== 503 || ++failures > POLL_MAX_FAILURES)) {
+      throw await errorOf(resp, job.jobId);
+    }
+    const after = retryAfterSeconds(resp);
+    await sleep(Math.max(Math.min((after ?? 0) * 1000, POLL_MAX_MS), backoff), signal);
+    backoff = Math.min(backoff * 2, POLL_MAX_MS);
+  }
+}
+
+async function fetchBlob(
+  doFetch: typeof globalThis.fetch,
+  ref: { url: string; contentType?: string; filename?: string },
+  jobId: string,
+  signal: AbortSignal | undefined,
+): Promise<BlobResult> {
+  const resp = await doFetch(absolute(ref.url), { signal });
+  if (!resp.ok) throw await errorOf(resp, jobId);
+  const blob = await resp.blob();
+  return {
+    blob,
+    contentType: ref.contentType || blob.type,
+    filename: ref.filename || "download",
+    size: blob.size,
+  };
+}
+
+/** A DataPlaneError from an HTTP error answer (`{"error": {status, code, message}}`). */
+async function errorOf(resp: Response, jobId: string | null): Promise<DataPlaneError> {
+  let error = {};
+  try {
+    error = (await resp.json()).error || {};
+  } catch {
+    // not JSON: status text it is
+  }
+  return new DataPlaneError({ status: resp.status, message: resp.statusText, ...error, jobId });
+}
+
+/** Retry-After in seconds (delta-seconds; an HTTP date is read as one too), or null. */
+function retryAfterSeconds(resp: Response | null): number | null {
+  const value = resp?.headers.get("Retry-After");
+  if (value == null || value.trim() === "") return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? null : Math.max(0, (date - Date.now()) / 1000);
+}
+
+/** Whether progress `a` comes after `b` (a retried job's attempt starts its seq again). */
+function newer(a: Progress, b: Progress): boolean {
+  return a.attempt > b.attempt || (a.attempt === b.attempt && a.seq > b.seq);
+}
+
+function call<A extends unknown[]>(hook: ((...args: A) => void) | undefined, ...args: A): void {
+  try {
+    hook?.(...args);
+  } catch (err) {
+    console.error("dataClient hook failed", err);
+  }
+}
+
+function absolute(url: string): string {
+  return new URL(url, globalThis.location?.href).href;
+}
+
+function parse(text: string): any {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { message: text };
+  }
+}
+
+function abortError(signal: AbortSignal | undefined): Error {
+  const reason = signal?.reason;
+  if (reason instanceof Error && reason.name === "AbortError") return reason;
+  return new DOMException("the query was aborted", "AbortError");
+}
+
+function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw abortError(signal);
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      if (signal?.aborted) reject(abortError(signal));
+      else resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
