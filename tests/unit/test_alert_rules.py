@@ -1,6 +1,7 @@
-"""Every alert rule of dashboards/alerts.yaml is unit-tested by ``promtool test rules``
-(dashboards/tests/*.yaml: series in, alerts out), and every one of them has a case
-where it is silent, a case where it fires, and a later case where it has resolved.
+"""Every rule of dashboards/alerts.yaml and dashboards/slo.yaml is unit-tested by
+``promtool test rules`` (dashboards/tests/*.yaml: series in, alerts out): every alert
+has a case where it is silent, a case where it fires, and a later case where it has
+resolved; every recording rule is evaluated by a ``promql_expr_test``.
 
 Deleting a rule fails promtool (its test expects an alert no rule makes) and the
 coverage check below; breaking an expression fails promtool's own result.
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-ALERTS = ROOT / "dashboards" / "alerts.yaml"
+RULE_FILES = [ROOT / "dashboards" / "alerts.yaml", ROOT / "dashboards" / "slo.yaml"]
 RULE_TESTS = sorted((ROOT / "dashboards" / "tests").glob("*.yaml"))
 INSTALL = "apt-get update && apt-get install -y prometheus"
 
@@ -29,9 +30,25 @@ def promtool() -> str:
     return path
 
 
+def rules() -> list[dict[str, Any]]:
+    out = []
+    for path in RULE_FILES:
+        out += [
+            rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]
+        ]
+    return out
+
+
 def alert_names() -> set[str]:
-    groups = yaml.safe_load(ALERTS.read_text())["groups"]
-    return {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
+    return {rule["alert"] for rule in rules() if "alert" in rule}
+
+
+def expr_cases() -> list[str]:
+    exprs = []
+    for path in RULE_TESTS:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            exprs += [case["expr"] for case in test.get("promql_expr_test", [])]
+    return exprs
 
 
 def alert_cases() -> list[dict[str, Any]]:
@@ -49,7 +66,10 @@ def duration(text: str) -> float:
 
 def test_promtool_checks_and_passes_every_rule_test() -> None:
     checked = subprocess.run(
-        [promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60
+        [promtool(), "check", "rules", *map(str, RULE_FILES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert RULE_TESTS, "no promtool rule tests under dashboards/tests"
@@ -78,3 +98,11 @@ def test_every_alert_is_silent_then_fires_then_resolves() -> None:
         assert fires, f"{name}: no case where it fires"
         assert any(t < min(fires) and not f for t, f in seen), f"{name}: never silent before"
         assert any(t > max(fires) and not f for t, f in seen), f"{name}: never resolves"
+
+
+def test_every_recording_rule_is_evaluated_by_a_test() -> None:
+    records = {rule["record"] for rule in rules() if "record" in rule}
+    assert records, "no recording rules"
+    exprs = expr_cases()
+    untested = sorted(r for r in records if not any(r in e for e in exprs))
+    assert not untested, f"recording rules no promql_expr_test evaluates: {untested}"
