@@ -408,9 +408,14 @@ async def _check_alert_rules(prom: Prometheus) -> None:
     assert {a["metric"]["messaging_destination_name"] for a in poison} == {"surface-probe"}
     rejected = await prom.wait_for('ALERTS{alertname="DataplaneNotifyRejected"}')
     assert {a["metric"]["job"] for a in rejected} == {"dataplane-bff"}, rejected
+    # surface-ghost has work and no worker at all: no ready replica either (pending
+    # for its 3 minutes, firing after).
+    ghost = await prom.wait_for('ALERTS{alertname="DataplaneNoReadyWorker"}')
+    assert {a["metric"]["messaging_destination_name"] for a in ghost} == {"surface-ghost"}
     # A healthy stack raises nothing else.
     others = await prom.query(
-        'ALERTS{alertname!~"DataplaneNoConsumer|DataplanePoison|DataplaneNotifyRejected"}'
+        'ALERTS{alertname!~"DataplaneNoConsumer|DataplanePoison|DataplaneNotifyRejected'
+        '|DataplaneNoReadyWorker"}'
     )
     assert others == [], others
 

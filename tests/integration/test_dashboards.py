@@ -617,6 +617,27 @@ def test_every_metric_the_alert_rules_read_is_exported(
         assert f"**{rule['alert']}**" in readme, f"README does not explain {rule['alert']}"
 
 
+def test_every_metric_the_slo_rules_read_is_exported(
+    exporter_names: set[str], exporter_labels: set[str]
+) -> None:
+    """dashboards/slo.yaml: each recording rule reads exported series and labels; each
+    burn-rate alert reads a recording rule of the file and is explained in the README."""
+    groups = yaml.safe_load((DASHBOARDS / "slo.yaml").read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    records = {r["record"] for r in rules if "record" in r}
+    readme = README.read_text()
+    for rule in rules:
+        if "record" in rule:
+            names = _names_in(rule["expr"], exporter_labels)
+            assert names and names <= exporter_names, (rule["record"], names - exporter_names)
+            labels = set(re.findall(r"\b[a-z_]+(?==~|!=|=|!~)", rule["expr"]))
+            assert labels <= exporter_labels | {"le"}, (rule["record"], labels)
+        else:
+            read = set(re.findall(r"dataplane:[a-z_]+:[a-z0-9_]+", rule["expr"]))
+            assert read and read <= records, (rule["alert"], read - records)
+            assert f"**{rule['alert']}**" in readme, f"README does not explain {rule['alert']}"
+
+
 # -- provisioning ---------------------------------------------------------------------
 
 
