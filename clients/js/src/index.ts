@@ -286,6 +286,10 @@ export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
   const doFetch = options.fetch || globalThis.fetch.bind(globalThis);
   const EventSourceImpl = options.EventSource || globalThis.EventSource;
   const root = baseUrl.replace(/\/+$/, "");
+  // Where the BFF's relative URLs (streamUrl, pollUrl, a blob's url) are resolved: the
+  // page, or (off a page: node, a worker) the absolute baseUrl.
+  const here = globalThis.location?.href ?? root;
+  const absolute = (url: string) => new URL(url, here).href;
   const wait = Math.max(0, Math.floor(Number(preferWaitSeconds) || 0));
   const policy = {
     retries: Math.max(0, options.retry?.retries ?? RETRIES),
@@ -318,7 +322,10 @@ export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
       throwIfAborted(signal);
       const body = JSON.stringify({ operation, params });
       const posted = await send({ operation, body, signal, retried });
-      if ("job" in posted) job = posted.job;
+      if ("job" in posted) {
+        const { streamUrl, pollUrl } = posted.job;
+        job = { ...posted.job, streamUrl: absolute(streamUrl), pollUrl: absolute(pollUrl) };
+      }
       throwIfAborted(signal);
       let answer: Answer;
       if ("answer" in posted) {
@@ -331,7 +338,7 @@ export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
           throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
         }
       } else {
-        job = posted.job;
+        job = job as Queued;
         jobId = job.jobId;
         answer =
           (await viaStream(EventSourceImpl, job, signal, emit)) ||
@@ -339,11 +346,15 @@ export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
       }
       emit("done", answer);
       if (answer.error) throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
-      if (answer.blobRef) return await fetchBlob(doFetch, answer.blobRef, answer.jobId, signal);
+      if (answer.blobRef) {
+        const ref = { ...answer.blobRef, url: absolute(answer.blobRef.url) };
+        return await fetchBlob(doFetch, ref, answer.jobId, signal);
+      }
       return answer.result;
     } catch (err) {
       if (signal?.aborted) {
-        const late = err instanceof Aborted ? err.job : null;
+        const late = err instanceof Aborted && err.job ? err.job : null;
+        if (late) late.pollUrl = absolute(late.pollUrl);
         await withdraw(doFetch, job || late);
         throw abortError(signal);
       }
@@ -442,7 +453,7 @@ class Aborted extends Error {
 async function withdraw(doFetch: typeof globalThis.fetch, job: Queued | null): Promise<void> {
   if (!job) return;
   try {
-    await doFetch(absolute(job.pollUrl), {
+    await doFetch(job.pollUrl, {
       method: "DELETE",
       headers: { Accept: "application/json" },
       signal: AbortSignal.timeout(ABORT_GRACE_MS),
@@ -474,7 +485,7 @@ function viaStream(
 ): Promise<Answer | null> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(abortError(signal));
-    const source = new ES(absolute(job.streamUrl));
+    const source = new ES(job.streamUrl);
     let events = 0;
     let errors = 0;
     const finish = (settle: () => void) => {
@@ -528,7 +539,7 @@ async function viaPolling(
     throwIfAborted(signal);
     let resp: Response | null = null;
     try {
-      resp = await doFetch(absolute(job.pollUrl), {
+      resp = await doFetch(job.pollUrl, {
         headers: { Accept: "application/json" },
         signal,
       });
@@ -560,7 +571,7 @@ async function fetchBlob(
   jobId: string,
   signal: AbortSignal | undefined,
 ): Promise<BlobResult> {
-  const resp = await doFetch(absolute(ref.url), { signal });
+  const resp = await doFetch(ref.url, { signal });
   if (!resp.ok) throw await errorOf(resp, jobId);
   const blob = await resp.blob();
   return {
@@ -603,10 +614,6 @@ function call<A extends unknown[]>(hook: ((...args: A) => void) | undefined, ...
   } catch (err) {
     console.error("dataClient hook failed", err);
   }
-}
-
-function absolute(url: string): string {
-  return new URL(url, globalThis.location?.href).href;
 }
 
 function parse(text: string): any {

@@ -105,6 +105,10 @@ export function createDataClient(options) {
     const doFetch = options.fetch || globalThis.fetch.bind(globalThis);
     const EventSourceImpl = options.EventSource || globalThis.EventSource;
     const root = baseUrl.replace(/\/+$/, "");
+    // Where the BFF's relative URLs (streamUrl, pollUrl, a blob's url) are resolved: the
+    // page, or (off a page: node, a worker) the absolute baseUrl.
+    const here = globalThis.location?.href ?? root;
+    const absolute = (url) => new URL(url, here).href;
     const wait = Math.max(0, Math.floor(Number(preferWaitSeconds) || 0));
     const policy = {
         retries: Math.max(0, options.retry?.retries ?? RETRIES),
@@ -133,8 +137,10 @@ export function createDataClient(options) {
             throwIfAborted(signal);
             const body = JSON.stringify({ operation, params });
             const posted = await send({ operation, body, signal, retried });
-            if ("job" in posted)
-                job = posted.job;
+            if ("job" in posted) {
+                const { streamUrl, pollUrl } = posted.job;
+                job = { ...posted.job, streamUrl: absolute(streamUrl), pollUrl: absolute(pollUrl) };
+            }
             throwIfAborted(signal);
             let answer;
             if ("answer" in posted) {
@@ -148,7 +154,7 @@ export function createDataClient(options) {
                 }
             }
             else {
-                job = posted.job;
+                job = job;
                 jobId = job.jobId;
                 answer =
                     (await viaStream(EventSourceImpl, job, signal, emit)) ||
@@ -157,13 +163,17 @@ export function createDataClient(options) {
             emit("done", answer);
             if (answer.error)
                 throw new DataPlaneError({ ...answer.error, jobId: answer.jobId });
-            if (answer.blobRef)
-                return await fetchBlob(doFetch, answer.blobRef, answer.jobId, signal);
+            if (answer.blobRef) {
+                const ref = { ...answer.blobRef, url: absolute(answer.blobRef.url) };
+                return await fetchBlob(doFetch, ref, answer.jobId, signal);
+            }
             return answer.result;
         }
         catch (err) {
             if (signal?.aborted) {
-                const late = err instanceof Aborted ? err.job : null;
+                const late = err instanceof Aborted && err.job ? err.job : null;
+                if (late)
+                    late.pollUrl = absolute(late.pollUrl);
                 await withdraw(doFetch, job || late);
                 throw abortError(signal);
             }
@@ -258,7 +268,7 @@ async function withdraw(doFetch, job) {
     if (!job)
         return;
     try {
-        await doFetch(absolute(job.pollUrl), {
+        await doFetch(job.pollUrl, {
             method: "DELETE",
             headers: { Accept: "application/json" },
             signal: AbortSignal.timeout(ABORT_GRACE_MS),
@@ -285,7 +295,7 @@ function viaStream(ES, job, signal, emit) {
     return new Promise((resolve, reject) => {
         if (signal?.aborted)
             return reject(abortError(signal));
-        const source = new ES(absolute(job.streamUrl));
+        const source = new ES(job.streamUrl);
         let events = 0;
         let errors = 0;
         const finish = (settle) => {
@@ -333,7 +343,7 @@ async function viaPolling(doFetch, job, signal, emit) {
         throwIfAborted(signal);
         let resp = null;
         try {
-            resp = await doFetch(absolute(job.pollUrl), {
+            resp = await doFetch(job.pollUrl, {
                 headers: { Accept: "application/json" },
                 signal,
             });
@@ -363,7 +373,7 @@ async function viaPolling(doFetch, job, signal, emit) {
     }
 }
 async function fetchBlob(doFetch, ref, jobId, signal) {
-    const resp = await doFetch(absolute(ref.url), { signal });
+    const resp = await doFetch(ref.url, { signal });
     if (!resp.ok)
         throw await errorOf(resp, jobId);
     const blob = await resp.blob();
@@ -407,9 +417,6 @@ function call(hook, ...args) {
     catch (err) {
         console.error("dataClient hook failed", err);
     }
-}
-function absolute(url) {
-    return new URL(url, globalThis.location?.href).href;
 }
 function parse(text) {
     try {

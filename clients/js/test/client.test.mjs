@@ -1,0 +1,241 @@
+// The client against a real plane: `dataplane dev` (embedded Postgres, the BFF, a worker
+// per surface), started by this file, asked over real HTTP. Each behaviour a browser
+// needs has its case here; each fails on the hand-written dataClient.js before the package.
+//
+//   DATAPLANE_BIN  the `dataplane` command (default: `dataplane` on PATH)
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { EventSource } from "eventsource";
+import { createDataClient, createPlaneClient, DataPlaneError } from "../dist/index.js";
+
+const MAX_LIVE_PER_CLIENT = 3; // the dev stack's share per client: the 4th live job is a 429
+let dev;
+let base;
+let token;
+let dir;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "dataplane-client-"));
+  const port = await freePort();
+  dev = spawn(process.env.DATAPLANE_BIN || "dataplane", ["dev", "--dir", dir, "--port", port], {
+    env: { ...process.env, DATAPLANE_MAX_LIVE_PER_CLIENT: String(MAX_LIVE_PER_CLIENT) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  dev.stderr.on("data", (chunk) => (out += chunk));
+  const started = new Promise((resolve, reject) => {
+    dev.on("exit", (code) => reject(new Error(`dataplane dev exited ${code}:\n${out}`)));
+    dev.stdout.on("data", (chunk) => {
+      out += chunk;
+      const found = /Dev token:\s+(\S+)/.exec(out);
+      if (found && /Ctrl-C stops everything/.test(out)) resolve(found[1]);
+    });
+  });
+  token = await withTimeout(started, 120_000, () => `dataplane dev did not start:\n${out}`);
+  base = `http://127.0.0.1:${port}`;
+  await waitReady();
+});
+
+after(async () => {
+  if (dev && dev.exitCode === null) {
+    const exited = new Promise((resolve) => dev.once("exit", resolve));
+    dev.kill("SIGTERM");
+    await withTimeout(exited, 30_000, () => "dataplane dev did not stop on SIGTERM");
+  }
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const probe = (extra = {}) =>
+  createDataClient({ baseUrl: `${base}/api/probe`, getToken: () => token, EventSource, ...extra });
+
+test("a query answers, typed or not, over Prefer: wait and over the stream", async () => {
+  const held = await probe().query("echo", { value: 7 });
+  assert.deepEqual(held, { echo: 7, client: "acme" });
+  const streamed = await probe({ preferWaitSeconds: 0 }).query("echo", { value: "s" });
+  assert.deepEqual(streamed, { echo: "s", client: "acme" });
+  const plane = createPlaneClient({ apiRoot: `${base}/api`, getToken: () => token, EventSource });
+  assert.deepEqual(await plane.query("probe", "echo", { value: 1 }), { echo: 1, client: "acme" });
+});
+
+test("abort withdraws the job: a pending job nobody else asked for is cancelled", async () => {
+  // probe.bounded runs 2 at once fleet-wide: two long ones hold both slots, so a third waits.
+  const nonce = `abort-${Date.now()}`;
+  const client = probe({ preferWaitSeconds: 0 });
+  const holders = [1, 2].map((i) => client.query("bounded", { ms: 4000, nonce: `${nonce}-${i}` }));
+  await sleep(500);
+  const ctrl = new AbortController();
+  let queued;
+  const aborted = client.query(
+    "bounded",
+    { ms: 10, nonce },
+    { signal: ctrl.signal, onEvent: (name, data) => name === "queued" && (queued = data) },
+  );
+  await until(() => queued, 10_000, "no queued event");
+  ctrl.abort();
+  await assert.rejects(aborted, { name: "AbortError" });
+  const answer = await pollAnswer(queued.jobId);
+  assert.equal(answer.status, "cancelled", JSON.stringify(answer));
+  await Promise.all(holders);
+});
+
+test("abort while the POST is in flight still withdraws the job it queued", async () => {
+  const nonce = `abort-post-${Date.now()}`;
+  const client = probe({ preferWaitSeconds: 0 });
+  const holders = [1, 2].map((i) => client.query("bounded", { ms: 4000, nonce: `${nonce}-${i}` }));
+  await sleep(1000); // both claimed: the next one waits for a slot
+  const seen = [];
+  const recording = (url, init) => {
+    seen.push(`${init?.method || "GET"} ${new URL(url).pathname}`);
+    return fetch(url, init).then((r) => (seen.push(`-> ${r.status}`), r));
+  };
+  const ctrl = new AbortController();
+  const query = probe({ fetch: recording, preferWaitSeconds: 2 }).query(
+    "bounded",
+    { ms: 10, nonce },
+    { signal: ctrl.signal },
+  );
+  await sleep(300); // the POST is held (Prefer: wait=2): the abort comes before its answer
+  ctrl.abort();
+  await assert.rejects(query, { name: "AbortError" });
+  const deletes = seen.filter((line) => line.startsWith("DELETE "));
+  assert.equal(deletes.length, 1, seen.join("\n"));
+  const jobId = deletes[0].split("/").pop();
+  assert.equal((await pollAnswer(jobId)).status, "cancelled");
+  await Promise.all(holders);
+});
+
+test("a 429 with Retry-After is retried within the budget, each retry seen by onRetry", async () => {
+  const nonce = `share-${Date.now()}`;
+  const client = probe({ preferWaitSeconds: 0 });
+  const live = [];
+  for (let i = 0; i < MAX_LIVE_PER_CLIENT; i++) {
+    live.push(client.query("bounded", { ms: 2500, nonce: `${nonce}-${i}` }).catch((e) => e));
+  }
+  await sleep(300);
+  const retries = [];
+  const answer = await probe({ onRetry: (r) => retries.push(r) }).query("echo", { value: nonce });
+  assert.deepEqual(answer, { echo: nonce, client: "acme" });
+  assert.ok(retries.length >= 1, "no retry");
+  assert.equal(retries[0].status, 429);
+  assert.equal(retries[0].error.code, "TOO_MANY_REQUESTS");
+  assert.ok(retries[0].delayMs >= 1000, `delay ${retries[0].delayMs} below Retry-After`);
+  await Promise.all(live);
+});
+
+test("a 429 past the budget rejects with it; a 400 is never retried", async () => {
+  const nonce = `budget-${Date.now()}`;
+  const client = probe({ preferWaitSeconds: 0 });
+  const live = [];
+  for (let i = 0; i < MAX_LIVE_PER_CLIENT; i++) {
+    live.push(client.query("bounded", { ms: 2000, nonce: `${nonce}-${i}` }).catch((e) => e));
+  }
+  await sleep(300);
+  const retries = [];
+  const tight = probe({ retry: { budgetMs: 500 }, onRetry: (r) => retries.push(r) });
+  await assert.rejects(tight.query("echo", { value: 1 }), (err) => {
+    assert.ok(err instanceof DataPlaneError);
+    assert.equal(err.status, 429);
+    return true;
+  });
+  assert.equal(retries.length, 0, "a retry past the budget");
+  await assert.rejects(
+    probe({ onRetry: (r) => retries.push(r) }).query("sleep", { ms: "soon" }),
+    (err) => err instanceof DataPlaneError && err.status === 400,
+  );
+  assert.equal(retries.length, 0, "a 400 was retried");
+  await Promise.all(live);
+});
+
+test("a 401 refreshes the token once; a second 401 rejects", async () => {
+  const asked = [];
+  const stale = probe({
+    getToken: ({ refresh }) => {
+      asked.push(refresh);
+      return refresh ? token : `${token}x`;
+    },
+  });
+  assert.deepEqual(await stale.query("echo", { value: 2 }), { echo: 2, client: "acme" });
+  assert.deepEqual(asked, [false, true]);
+  const never = [];
+  const refused = probe({ getToken: ({ refresh }) => (never.push(refresh), "not-a-jwt") });
+  await assert.rejects(refused.query("echo", {}), (err) => err.status === 401);
+  assert.deepEqual(never, [false, true]);
+});
+
+test("onProgress gets each progress event in order, then the answer", async () => {
+  const progress = [];
+  const answer = await probe({ preferWaitSeconds: 0 }).query(
+    "progress",
+    { steps: 4, ms: 400, nonce: `p-${Date.now()}` },
+    { onProgress: (p) => progress.push(p) },
+  );
+  assert.deepEqual(answer, { steps: 4 });
+  assert.ok(progress.length >= 2, JSON.stringify(progress));
+  const seqs = progress.map((p) => p.seq);
+  assert.deepEqual(
+    seqs,
+    [...seqs].sort((a, b) => a - b),
+  );
+  assert.equal(new Set(seqs).size, seqs.length, "a progress event twice");
+  assert.equal(progress.at(-1).total, 4);
+});
+
+async function pollAnswer(jobId) {
+  // The job's row, by the bearer: 200 once it is finished (cancelled included).
+  for (let i = 0; i < 100; i++) {
+    const resp = await fetch(`${base}/api/probe/q/${jobId}`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
+    if (resp.status === 200) return resp.json();
+    await sleep(100);
+  }
+  throw new Error(`job ${jobId} did not finish`);
+}
+
+async function waitReady() {
+  for (let i = 0; i < 600; i++) {
+    try {
+      if ((await fetch(`${base}/readyz`)).status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await sleep(100);
+  }
+  throw new Error("the BFF never became ready");
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(String(port)));
+    });
+  });
+}
+
+async function until(check, ms, what) {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(what);
+    await sleep(20);
+  }
+}
+
+function withTimeout(promise, ms, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(what())), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

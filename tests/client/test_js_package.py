@@ -1,0 +1,47 @@
+"""The browser client package, clients/js: what the BFF serves is its build.
+
+Its own tests (``npm test``: node's test runner against a real ``dataplane dev`` they
+start) are run by hand for now: one abort case depends on slot timing (see test/).
+
+Needs Node (Debian's ``nodejs``, ``npm``) and the package's locked devDependencies
+(``npm ci`` in clients/js; ``.ci/run`` does both). Without them the tests fail saying so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "clients" / "js"
+STATIC = ROOT / "dataplane" / "bff" / "static"
+
+
+def _tool(name: str) -> Path:
+    path = PACKAGE / "node_modules" / ".bin" / name
+    if shutil.which("node") is None or not path.exists():
+        pytest.fail(f"{name} is missing: install nodejs and npm, then run `npm ci` in {PACKAGE}")
+    return path
+
+
+def test_the_served_client_is_the_packages_build(tmp_path: Path) -> None:
+    """/static/dataClient.js and its .d.ts are tsc's output for src/index.ts, byte for byte:
+    the page and the package never drift (`npm run sync` in clients/js rewrites them)."""
+    tsc = _tool("tsc")
+    out = tmp_path / "dist"
+    run = subprocess.run(
+        [str(tsc), "-p", "tsconfig.json", "--outDir", str(out)],
+        cwd=PACKAGE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    for built, served in (("index.js", "dataClient.js"), ("index.d.ts", "dataClient.d.ts")):
+        assert (out / built).read_text() == (STATIC / served).read_text(), (
+            f"dataplane/bff/static/{served} is not the build of clients/js/src/index.ts:"
+            " run `npm run sync` in clients/js"
+        )
