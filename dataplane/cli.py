@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from dataplane.bff import openapi_command
 from dataplane.compat import install_process
 from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env
@@ -289,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     deploy_command.add_parser(sub)
+    openapi_command.add_parser(sub)
     roles_command.add_parser(sub)
     inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
     inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
@@ -302,6 +304,7 @@ SYNC_COMMANDS = {
     "token": _cmd_token,
     "dev": _cmd_dev,
     "deploy": deploy_command.run,
+    "openapi": openapi_command.run,
     "roles": roles_command.run,
     "surfaces": _cmd_surfaces,
     "new-surface": _cmd_new_surface,
