@@ -4,6 +4,7 @@
     GET  /events                 the wallboard's cards, live (SSE, event ``cards``)
     GET  /jobs                   jobs by type, status, client, operation, error, time; keyset
     GET  /jobs/<id>              one job: envelope (no credential), params, attempts, trace
+    GET  /jobs/slowest           303 to the slowest recent done job's page (since, type)
     GET  /jobs/confirm           a bulk action's dry run: the count, and the form to confirm
     POST /jobs/retry|discard     a bulk action on a filter (operator, CSRF)
     POST /jobs/<id>/retry|discard|cancel           one job (operator, CSRF)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -29,7 +31,15 @@ from quart import Blueprint, Response, current_app, g, render_template, request
 
 from dataplane.console import actions
 from dataplane.console.board import BoardFull
-from dataplane.console.reads import JobFilter, job_detail, list_jobs, overview, parse_job_id
+from dataplane.console.reads import (
+    JobFilter,
+    job_detail,
+    list_jobs,
+    overview,
+    parse_job_id,
+    parse_since,
+    slowest_job,
+)
 from dataplane.console.reads import type_known as _type_known
 from dataplane.console.session import (
     Caller,
@@ -185,6 +195,22 @@ def _int_arg(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ApiError(400, f"{name} must be an integer") from None
+
+
+@views.get("/jobs/slowest")
+async def slowest() -> Response:
+    """The latency alerts' link (``trace_url``): 303 to the page of the done job that
+    took longest from enqueue to completion since ``since`` (default ``1h``), of the
+    queue type ``type`` when given; that page links the job's trace."""
+    caller()
+    now = datetime.now(UTC)
+    since = _checked(parse_since, request.args.get("since"), now)
+    queue_type = (request.args.get("type") or "").strip() or None
+    found = await _guarded(slowest_job(database(), since, queue_type))
+    if found is None:
+        of = f" of type {queue_type}" if queue_type else ""
+        raise ApiError(404, f"no job{of} completed since {since.isoformat(timespec='seconds')}")
+    return _see_other(f"/jobs/{found.id}")
 
 
 @views.get("/jobs/<job_id>")

@@ -62,7 +62,7 @@ def test_vendored_htmx_is_the_pinned_release() -> None:
 
 def test_no_token_is_401_and_an_end_user_is_403_everywhere(console: Console) -> None:
     job = "00000000-0000-0000-0000-000000000001"
-    gets = ["/", "/overview.json", "/events", "/jobs", f"/jobs/{job}", "/audit"]
+    gets = ["/", "/overview.json", "/events", "/jobs", f"/jobs/{job}", "/jobs/slowest", "/audit"]
     posts = [f"/jobs/{job}/retry", "/jobs/retry", "/queues/surface-x/pause", "/logout"]
     with console.client() as anon, console.client(token()) as user:
         for path in gets:
@@ -246,6 +246,55 @@ def test_a_job_page_shows_no_credential_and_links_its_trace(fresh: Console) -> N
         assert ops.get("/jobs/not-a-uuid").status_code == 400
 
 
+def test_slowest_redirects_to_the_window_s_slowest_done_job(fresh: Console) -> None:
+    """GET /jobs/slowest (the latency alerts' trace_url): 303 to the page of the done job
+    that took longest from enqueue to completion in the window, of the type if given;
+    a slower job that did not finish done, or finished before the window, is not it."""
+    now = datetime.now(UTC)
+
+    def ago(seconds: float) -> datetime:
+        return now - timedelta(seconds=seconds)
+
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    fresh.add_job("surface-alpha", "done", created_at=ago(0.5))
+    slow = fresh.add_job(
+        "surface-alpha", "done", created_at=ago(30), traceparent=f"00-{trace}-b7ad6b7169203331-01"
+    )
+    beta = fresh.add_job("surface-beta", "done", created_at=ago(90))
+    fresh.add_job("surface-alpha", "poison", created_at=ago(600))  # not an answer
+    fresh.add_job("surface-alpha", "cancelled", created_at=ago(600))
+    fresh.add_job("surface-alpha", "in_progress", created_at=ago(900))  # not finished
+    earlier = fresh.add_job(
+        "surface-alpha", "done", created_at=ago(3 * 3600), completed_at=ago(2 * 3600)
+    )
+    with fresh.client(viewer_token()) as viewer:
+
+        def slowest(**args: str) -> httpx.Response:
+            return viewer.get("/jobs/slowest", params=args, headers={"Accept": "text/html"})
+
+        for args, job in (
+            ({}, beta),  # since=1h by default
+            ({"since": "1h"}, beta),
+            ({"since": "1h", "type": "surface-alpha"}, slow),
+            ({"since": "3h", "type": "surface-alpha"}, earlier),
+            ({"since": ago(2.5 * 3600).isoformat()}, earlier),
+        ):
+            resp = slowest(**args)
+            assert resp.status_code == 303, (args, resp.text)
+            assert resp.headers["Location"] == f"/jobs/{job}", args
+        page = viewer.get(slowest(type="surface-alpha").headers["Location"])
+        assert page.status_code == 200 and f'data-testid="job-id">{slow}<' in page.text
+        assert 'href="' + TRACE_URL.format(trace_id=trace) + '"' in page.text
+        none = slowest(type="surface-gamma")
+        assert none.status_code == 404
+        assert "no job of type surface-gamma completed since" in none.text
+        for bad in ("soon", "2d", "25h", ago(2 * 86400).isoformat()):
+            resp = viewer.get("/jobs/slowest", params={"since": bad})
+            assert resp.status_code == 400, bad
+            assert "since" in resp.json()["error"]["message"]
+        assert viewer.get("/jobs/slowest", params={"type": "nope"}).status_code == 400
+
+
 def test_it_runs_as_a_member_of_dataplane_operator(
     pg_admin_dsn: str, template_db: str, tmp_path: Path
 ) -> None:
@@ -265,6 +314,9 @@ def test_it_runs_as_a_member_of_dataplane_operator(
                 assert [card["poison"] for card in cards] == [1]
                 assert ops.get("/jobs").status_code == 200
                 assert ops.get(f"/jobs/{job}").status_code == 200  # blobs' heads included
+                done = c.add_job("surface-alpha", "done")
+                slowest = ops.get("/jobs/slowest")
+                assert slowest.status_code == 303 and slowest.headers["Location"] == f"/jobs/{done}"
                 assert ops.get("/audit").status_code == 200
     finally:
         with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
