@@ -44,6 +44,7 @@ from dataplane.console.reads import type_known as _type_known
 from dataplane.console.session import (
     Caller,
     clear_session,
+    local_path,
     require_csrf,
     require_operator,
     same_origin,
@@ -237,7 +238,17 @@ async def audit() -> Response:
 
 @views.get("/login")
 async def login_form() -> Response:
-    return await page("login.html")
+    """The sign-in form; a browser already signed in goes straight on to ``next``."""
+    next_page = local_path(request.args.get("next", "/"))
+    state = _state()
+    if state.sessions is not None and request.args.get("next"):
+        try:
+            caller()
+        except ApiError:
+            pass  # no session, or a lapsed one: the form
+        else:
+            return _see_other(next_page)
+    return await page("login.html", next_page=next_page)
 
 
 @views.post("/login")
@@ -251,7 +262,7 @@ async def login() -> Response:
     if not token:
         raise ApiError(400, "paste a token into the form")
     me = state.sessions.check_token(token, via_cookie=True)
-    resp = _see_other("/")
+    resp = _see_other(local_path(form.get("next", "/")))
     set_session(resp, token, me.expires)
     return resp
 

@@ -126,6 +126,34 @@ def test_login_sets_a_strict_httponly_cookie_and_checks_the_origin(console: Cons
         )
 
 
+def test_a_sign_in_returns_to_the_page_that_asked_for_it(console: Console) -> None:
+    """An alert's link opened without the cookie (another site's link under SameSite=
+    Strict, or signed out): the 401 page's sign-in returns to it, and goes straight on
+    when the cookie is good; never to another site."""
+    html = {"Accept": "text/html"}
+    wanted = "/jobs/slowest?since=1h&type=surface-a"
+    with console.client() as browser:
+        page = browser.get(wanted, headers=html)
+        assert page.status_code == 401
+        link = re.search(r'data-testid="sign-in-link" href="([^"]+)"', page.text)
+        assert link is not None and link.group(1) == (
+            "/login?next=/jobs/slowest%3Fsince%3D1h%26type%3Dsurface-a"
+        )
+        form = browser.get(link.group(1).replace("&amp;", "&"), headers=html)
+        assert (
+            form.status_code == 200
+            and f'name="next" value="{wanted.replace("&", "&amp;")}"' in form.text
+        )
+        resp = browser.post("/login", data={"token": viewer_token(), "next": wanted})
+        assert resp.status_code == 303 and resp.headers["Location"] == wanted
+        again = browser.get("/login", params={"next": wanted}, headers=html)  # the cookie sent
+        assert again.status_code == 303 and again.headers["Location"] == wanted
+        for evil in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "x", "/\n"):
+            resp = browser.post("/login", data={"token": viewer_token(), "next": evil})
+            assert resp.status_code == 303 and resp.headers["Location"] == "/", evil
+            assert browser.get("/login", params={"next": evil}).headers["Location"] == "/"
+
+
 def test_the_wallboard_counts_the_rows_poison_first(fresh: Console) -> None:
     for _ in range(3):
         fresh.add_job("surface-alpha", "pending")
