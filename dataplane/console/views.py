@@ -32,6 +32,7 @@ from quart import Blueprint, Response, current_app, g, render_template, request
 from dataplane.console import actions
 from dataplane.console.board import BoardFull
 from dataplane.console.reads import (
+    SLOWEST_SAMPLE,
     JobFilter,
     job_detail,
     list_jobs,
@@ -210,7 +211,11 @@ async def slowest() -> Response:
     found = await _guarded(slowest_job(database(), since, queue_type))
     if found is None:
         of = f" of type {queue_type}" if queue_type else ""
-        raise ApiError(404, f"no job{of} completed since {since.isoformat(timespec='seconds')}")
+        at = since.isoformat(timespec="seconds")
+        raise ApiError(
+            404,
+            f"no job{of} completed since {at} (searched: the newest {SLOWEST_SAMPLE:,} done jobs)",
+        )
     return _see_other(f"/jobs/{found.id}")
 
 
