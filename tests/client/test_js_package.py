@@ -1,7 +1,7 @@
 """The browser client package, clients/js: what the BFF serves is its build.
 
 Its own tests (``npm test``: node's test runner against a real ``dataplane dev`` they
-start) are run by hand for now: one abort case depends on slot timing (see test/).
+start) run in tests/acceptance/test_js_client.py.
 
 Needs Node (Debian's ``nodejs``, ``npm``) and the package's locked devDependencies
 (``npm ci`` in clients/js; ``.ci/run`` does both). Without them the tests fail saying so.
