@@ -10,8 +10,10 @@ Needs Node (Debian's ``nodejs``, ``npm``) and the package's locked devDependenci
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,12 @@ def test_the_client_stays_within_its_size_budget(tmp_path: Path) -> None:
         sizes[name] = len(gzip.compress(minified.stdout, compresslevel=9))
         assert sizes[name] <= budget, f"{name}: {sizes[name]} B min+gzip, over its {budget} B"
     print(f"min+gzip: {sizes}")
+
+
+def test_the_packages_version_is_the_planes() -> None:
+    """One release: the npm package carries pyproject.toml's version (and its lock too)."""
+    plane = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    package = json.loads((PACKAGE / "package.json").read_text())
+    lock = json.loads((PACKAGE / "package-lock.json").read_text())
+    assert package["version"] == plane, "clients/js/package.json: set version to the plane's"
+    assert lock["version"] == plane and lock["packages"][""]["version"] == plane
