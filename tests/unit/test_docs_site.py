@@ -30,3 +30,12 @@ def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "index.html").is_file() and (tmp_path / "design.html").is_file()
+
+
+def test_ci_runs_exactly_the_test_command_readme_shows() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Two commands", 1)[1].split("```sh", 2)[2].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands[0] == "dataplane dev", commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1].startswith("scripts/test") and commands[1] in ci, commands
