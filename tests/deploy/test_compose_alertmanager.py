@@ -2,7 +2,9 @@
 check-config``; compose's Prometheus sends its alerts to the compose service, which
 mounts that config where its command reads it; and a real Alertmanager (Debian's
 ``prometheus-alertmanager``) started on this machine with the same config groups alerts
-by alert name and queue type and applies its inhibitions.
+by alert name and queue type and applies its inhibitions; and compose's Prometheus, on
+its own config with the targets pointed at that Alertmanager, delivers a firing alert to
+it with ``runbook_url`` rendered from ``runbook_base``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +78,20 @@ def _alert(name: str, **labels: str) -> dict[str, Any]:
     return {"labels": {"alertname": name, "severity": "page", **labels}, "annotations": {}}
 
 
-def test_a_real_alertmanager_groups_by_alert_and_type_and_inhibits(tmp_path: Path) -> None:
+Call = Callable[..., Any]
+
+
+@contextmanager
+def alertmanager(tmp_path: Path) -> Iterator[tuple[int, Call]]:
+    """A real Alertmanager on compose's config (its command's flags, a free port):
+    (its port, a JSON caller of its API v2)."""
     port = free_port()
     log = (tmp_path / "alertmanager.log").open("w")
     process = subprocess.Popen(
         [
             tool("prometheus-alertmanager"),
             f"--config.file={CONFIG}",
-            f"--storage.path={tmp_path / 'data'}",
+            f"--storage.path={tmp_path / 'am-data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--cluster.listen-address=",
         ],
@@ -108,6 +118,15 @@ def test_a_real_alertmanager_groups_by_alert_and_type_and_inhibits(tmp_path: Pat
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "alertmanager.log").read_text()
                 time.sleep(0.2)
+        yield port, call
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def test_a_real_alertmanager_groups_by_alert_and_type_and_inhibits(tmp_path: Path) -> None:
+    with alertmanager(tmp_path) as (_, call):
         call(
             "/alerts",
             [
@@ -143,7 +162,73 @@ def test_a_real_alertmanager_groups_by_alert_and_type_and_inhibits(tmp_path: Pat
             ("DataplaneNoConsumer", "surface-users"),
             ("DataplaneLatencyBurnSlow", None),
         }, inhibited
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
+
+
+def test_compose_prometheus_delivers_a_firing_alert_to_the_alertmanager(tmp_path: Path) -> None:
+    """One always-firing rule in the form of dashboards/' (severity, the runbook_url
+    template); compose's prometheus.yml with only its Alertmanager target made local."""
+    prometheus = yaml.safe_load((ROOT / "deploy" / "compose" / "prometheus.yml").read_text())
+    base = prometheus["global"]["external_labels"]["runbook_base"]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "wiring",
+                        "rules": [
+                            {
+                                "alert": "ComposeWiring",
+                                "expr": "vector(1)",
+                                "labels": {
+                                    "severity": "ticket",
+                                    "messaging_destination_name": "surface-users",
+                                },
+                                "annotations": {
+                                    "runbook_url": "{{ $externalLabels.runbook_base }}"
+                                    "/ComposeWiring.md"
+                                },
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    with alertmanager(tmp_path) as (port, call):
+        (manager,) = prometheus["alerting"]["alertmanagers"]
+        manager["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
+        config = {
+            "global": {**prometheus["global"], "evaluation_interval": "1s"},
+            "alerting": prometheus["alerting"],
+            "rule_files": [str(rules)],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        log = (tmp_path / "prometheus.log").open("w")
+        process = subprocess.Popen(
+            [
+                tool("prometheus"),
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{free_port()}",
+                # Alerts of the first evaluations go before the Alertmanager targets are
+                # discovered (a few seconds) and are resent only after this (1m default).
+                "--rules.alert.resend-delay=2s",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not (received := call("/alerts")):
+                assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
+                time.sleep(0.5)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+            log.close()
+    (alert,) = received
+    assert alert["annotations"]["runbook_url"] == f"{base}/ComposeWiring.md"
+    assert alert["labels"]["runbook_base"] == base  # an external label travels with it
+    assert alert["labels"]["messaging_destination_name"] == "surface-users"
+    assert [r["name"] for r in alert["receivers"]] == ["team-webhook"]
