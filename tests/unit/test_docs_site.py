@@ -1,0 +1,41 @@
+"""The front door: README is a guide of at most 250 lines, and the documentation site
+(mkdocs.yml over docs/) builds under ``--strict``: a broken link between pages, a
+missing anchor, a page left out, or a link to a repository file that does not exist
+(docs/hooks/repo_links.py) fails the build."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README_MAX_LINES = 250
+
+
+def test_readme_is_a_guide_not_the_reference() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines: reference belongs in docs/ (the site)"
+    )
+
+
+def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "index.html").is_file() and (tmp_path / "design.html").is_file()
+
+
+def test_ci_runs_exactly_the_test_command_readme_shows() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Two commands", 1)[1].split("```sh", 2)[2].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands[0] == "dataplane dev", commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1].startswith("scripts/test") and commands[1] in ci, commands
