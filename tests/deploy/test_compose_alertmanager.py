@@ -166,9 +166,11 @@ def test_a_real_alertmanager_groups_by_alert_and_type_and_inhibits(tmp_path: Pat
 
 def test_compose_prometheus_delivers_a_firing_alert_to_the_alertmanager(tmp_path: Path) -> None:
     """One always-firing rule in the form of dashboards/' (severity, the runbook_url
-    template); compose's prometheus.yml with only its Alertmanager target made local."""
+    and trace_url templates); compose's prometheus.yml with only its Alertmanager target
+    made local."""
     prometheus = yaml.safe_load((ROOT / "deploy" / "compose" / "prometheus.yml").read_text())
     base = prometheus["global"]["external_labels"]["runbook_base"]
+    console = prometheus["global"]["external_labels"]["console_base"]
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         yaml.safe_dump(
@@ -179,14 +181,20 @@ def test_compose_prometheus_delivers_a_firing_alert_to_the_alertmanager(tmp_path
                         "rules": [
                             {
                                 "alert": "ComposeWiring",
-                                "expr": "vector(1)",
+                                # The type from the series, as dashboards/' alerts have
+                                # it ($labels are the expression's, not the rule's).
+                                "expr": 'label_replace(vector(1), "messaging_destination_name",'
+                                ' "surface-users", "", "")',
                                 "labels": {
                                     "severity": "ticket",
                                     "messaging_destination_name": "surface-users",
                                 },
                                 "annotations": {
                                     "runbook_url": "{{ $externalLabels.runbook_base }}"
-                                    "/ComposeWiring.md"
+                                    "/ComposeWiring.md",
+                                    "trace_url": "{{ $externalLabels.console_base }}"
+                                    "/jobs/slowest?since=1h"
+                                    "&type={{ $labels.messaging_destination_name }}",
                                 },
                             }
                         ],
@@ -229,6 +237,8 @@ def test_compose_prometheus_delivers_a_firing_alert_to_the_alertmanager(tmp_path
             log.close()
     (alert,) = received
     assert alert["annotations"]["runbook_url"] == f"{base}/ComposeWiring.md"
+    trace_url = f"{console}/jobs/slowest?since=1h&type=surface-users"  # & as it is
+    assert alert["annotations"]["trace_url"] == trace_url
     assert alert["labels"]["runbook_base"] == base  # an external label travels with it
     assert alert["labels"]["messaging_destination_name"] == "surface-users"
     assert [r["name"] for r in alert["receivers"]] == ["team-webhook"]
