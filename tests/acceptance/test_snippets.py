@@ -102,9 +102,7 @@ def _venv(tmp: Path) -> Path:
     site-packages), with a `dataplane` of its own Python: what it installs stays there."""
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    site = Path(
-        sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
-    )
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
     here = sysconfig.get_path("purelib")
     (site / "zz_parent_venv.pth").write_text(f"import site; site.addsitedir({here!r})\n")
     wrapper = venv / "bin" / "dataplane"
@@ -125,9 +123,7 @@ def _runnable() -> list[tuple[Path, list[Snippet]]]:
     return out
 
 
-@pytest.mark.parametrize(
-    "path, blocks", _runnable(), ids=[p.name for p, _ in _runnable()]
-)
+@pytest.mark.parametrize("path, blocks", _runnable(), ids=[p.name for p, _ in _runnable()])
 def test_the_shell_snippets_run_as_written(
     path: Path, blocks: list[Snippet], tmp_path: Path
 ) -> None:
@@ -142,9 +138,10 @@ def test_the_shell_snippets_run_as_written(
         "VIRTUAL_ENV": str(venv),
         "PORT": str(free_port()),
         "DEV_START_SECONDS": str(DEV_START_SECONDS),
-        # pip builds and installs from what is here: nothing is fetched.
+        # pip builds and installs from what is here: nothing is fetched. (pip reads
+        # PIP_NO_BUILD_ISOLATION as the value of build isolation itself: 0 turns it off.)
         "PIP_NO_INDEX": "1",
-        "PIP_NO_BUILD_ISOLATION": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
     run = subprocess.run(
@@ -156,15 +153,22 @@ def test_the_shell_snippets_run_as_written(
         timeout=900,
     )
     out = run.stdout + run.stderr
-    assert run.returncode == 0, f"{path.name}'s snippets failed:\n{script}\n--- output\n{out[-8000:]}"
+    assert run.returncode == 0, (
+        f"{path.name}'s snippets failed:\n{script}\n--- output\n{out[-8000:]}"
+    )
     for block in blocks:
         for expected in block.expect:
-            assert expected in run.stdout, f"{block.where}: no {expected!r} in\n{run.stdout[-6000:]}"
+            assert expected in run.stdout, (
+                f"{block.where}: no {expected!r} in\n{run.stdout[-6000:]}"
+            )
 
 
 def _python_blocks() -> list[Snippet]:
     return [
-        s for path in documents() for s in snippets(path) if s.marker == "run" and s.language == "python"
+        s
+        for path in documents()
+        for s in snippets(path)
+        if s.marker == "run" and s.language == "python"
     ]
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.snippets import every_snippet
+
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 250
 
@@ -39,3 +41,29 @@ def test_ci_runs_exactly_the_test_command_readme_shows() -> None:
     assert commands[0] == "dataplane dev", commands
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert commands[1].startswith("scripts/test") and commands[1] in ci, commands
+
+
+def test_every_snippet_is_run_or_marked_illustrative_with_a_reason() -> None:
+    """tests/snippets.py: each sh/python block of README and docs/ says whether
+    tests/acceptance/test_snippets.py runs it, or why not."""
+    unmarked = [s.where for s in every_snippet() if s.marker is None]
+    assert not unmarked, f"blocks without a <!-- snippet: ... --> marker: {unmarked}"
+    reasonless = [s.where for s in every_snippet() if s.marker == "illustrative" and not s.note]
+    assert not reasonless, f"illustrative without a reason: {reasonless}"
+    assert sum(s.marker == "run" for s in every_snippet()) >= 3
+
+
+def test_the_runnable_python_snippets_name_nothing_undefined(tmp_path: Path) -> None:
+    """pyflakes' checks (ruff F) on each runnable Python block: an undefined name (the
+    tutorial once called q() without defining it) fails here before any request."""
+    blocks = [s for s in every_snippet() if s.marker == "run" and s.language == "python"]
+    assert blocks
+    for i, block in enumerate(blocks):
+        (tmp_path / f"snippet_{i}.py").write_text(block.text)
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "F", "--no-cache", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, "\n".join([b.where for b in blocks]) + "\n" + run.stdout
