@@ -5,9 +5,12 @@ missing anchor, a page left out, or a link to a repository file that does not ex
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.snippets import every_snippet
 
@@ -67,3 +70,52 @@ def test_the_runnable_python_snippets_name_nothing_undefined(tmp_path: Path) -> 
         timeout=60,
     )
     assert run.returncode == 0, "\n".join([b.where for b in blocks]) + "\n" + run.stdout
+
+
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "runbooks").glob("*.md")),
+    ROOT / "dashboards" / "README.md",
+]
+REPO_DIRS = (".ci/", "bench/", "clients/", "dashboards/", "deploy/", "docs/", "dataplane/")
+REPO_DIRS += ("examples/", "scripts/", "sql/", "telemetry/", "tests/")
+CODE = re.compile(r"`([^`\s]+)`")
+PLACEHOLDER = re.compile(r"[<>*{}$]|\.\.\.|…")
+
+
+def _ignored(path: str) -> bool:
+    """What git ignores is made by a command (bench/results/, deploy/compose/secrets/)."""
+    run = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, timeout=30)
+    return run.returncode == 0
+
+
+def test_the_files_the_docs_name_exist() -> None:
+    missing = []
+    for doc in DOCS:
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            for token in CODE.findall(line):
+                token = token.rstrip(".,:;)")
+                if not token.startswith(REPO_DIRS) or PLACEHOLDER.search(token):
+                    continue
+                path = token.split("#")[0].split(":")[0]
+                if (ROOT / path).exists() or (doc.parent / path).exists() or _ignored(path):
+                    continue
+                missing.append(f"{doc.relative_to(ROOT)}:{n}: {token}")
+    assert not missing, "the docs name files that are not there:\n" + "\n".join(missing)
+
+
+def test_the_commands_the_docs_name_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    from dataplane.cli import build_parser
+
+    named = set()
+    for doc in DOCS:
+        named |= set(re.findall(r"`dataplane ([a-z][a-z-]*)", doc.read_text()))
+    unknown = []
+    for command in sorted(named):
+        with pytest.raises(SystemExit) as exit_:  # --help exits 0; an unknown command 2
+            build_parser().parse_args([command, "--help"])
+        if exit_.value.code != 0:
+            unknown.append(command)
+    capsys.readouterr()
+    assert len(named) >= 10 and not unknown, f"not commands of dataplane: {unknown}"
