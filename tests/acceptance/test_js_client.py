@@ -17,10 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from dataplane.dev.embedded import free_port
@@ -82,20 +80,6 @@ console.log(JSON.stringify({ echo: answer.echo, client }));
 """
 
 
-def _ready(base: str, proc: subprocess.Popen[bytes], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    with httpx.Client(base_url=base, timeout=2) as client:
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"{base} exited early"
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-    raise AssertionError(f"{base} not ready within {within}s")
-
-
 def _project(tmp: Path) -> Path:
     """An empty project with the package installed from its `npm pack` tarball, offline."""
     pack = _npm("pack", "--pack-destination", str(tmp), "--silent", timeout=300)
@@ -135,7 +119,7 @@ def test_the_tarball_installs_offline_and_a_typed_query_compiles_and_answers(
     bff = BffProcess(env, str(tmp_path / "bff.log"), port=free_port(), args=("-k", "trio"))
     try:
         worker.wait_ready_blocking()
-        _ready(bff.base, bff.proc)
+        bff.wait_ready_blocking()
         # The installed bin, against the running BFF's /openapi.json.
         bin_ = project / "node_modules" / ".bin" / "surface-dataplane"
         gen = subprocess.run(

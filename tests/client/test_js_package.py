@@ -30,19 +30,23 @@ def _tool(name: str) -> Path:
     return path
 
 
-def test_the_served_client_is_the_packages_build(tmp_path: Path) -> None:
-    """/static/dataClient.js and its .d.ts are tsc's output for src/index.ts, byte for byte:
-    the page and the package never drift (`npm run sync` in clients/js rewrites them)."""
-    tsc = _tool("tsc")
-    out = tmp_path / "dist"
+def _built(out: Path) -> Path:
+    """tsc's build of the package (tsconfig.json: the client and the React binding)."""
     run = subprocess.run(
-        [str(tsc), "-p", "tsconfig.json", "--outDir", str(out)],
+        [str(_tool("tsc")), "-p", "tsconfig.json", "--outDir", str(out)],
         cwd=PACKAGE,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    return out
+
+
+def test_the_served_client_is_the_packages_build(tmp_path: Path) -> None:
+    """/static/dataClient.js and its .d.ts are tsc's output for src/index.ts, byte for byte:
+    the page and the package never drift (`npm run sync` in clients/js rewrites them)."""
+    out = _built(tmp_path / "dist")
     for built, served in (("index.js", "dataClient.js"), ("index.d.ts", "dataClient.d.ts")):
         assert (out / built).read_text() == (STATIC / served).read_text(), (
             f"dataplane/bff/static/{served} is not the build of clients/js/src/index.ts:"
@@ -56,16 +60,8 @@ BUDGET = {"index.js": 3_500, "react.js": 1_200}
 
 
 def test_the_client_stays_within_its_size_budget(tmp_path: Path) -> None:
-    tsc, esbuild = _tool("tsc"), _tool("esbuild")
-    out = tmp_path / "dist"
-    run = subprocess.run(
-        [str(tsc), "-p", "tsconfig.json", "--outDir", str(out)],
-        cwd=PACKAGE,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    esbuild = _tool("esbuild")
+    out = _built(tmp_path / "dist")
     sizes = {}
     for name, budget in BUDGET.items():
         minified = subprocess.run(
