@@ -18,6 +18,7 @@ from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env
 from dataplane.db import Database, open_bridge, with_params
 from dataplane.deploy import command as deploy_command
+from dataplane.dev.ports import HELP as DEV_PORTS_HELP
 from dataplane.operator import commands as operator_commands
 from dataplane.queue import QueueClient, QueueConfig, open_queue_database
 from dataplane.queue import roles as roles_command
@@ -188,7 +189,12 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     from dataplane.dev.supervisor import run_dev
 
     return run_dev(
-        fresh=args.fresh, port=args.port, dev_dir=Path(args.dir), otlp=args.otlp, reload=args.reload
+        fresh=args.fresh,
+        port=args.port,
+        dev_dir=Path(args.dir),
+        otlp=args.otlp,
+        reload=args.reload,
+        base_port=args.base_port,
     )
 
 
@@ -273,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="the whole stack on an embedded Postgres")
     dev.add_argument("--fresh", action="store_true", help="start over from an empty .dataplane/")
-    dev.add_argument("--port", type=int, default=8000)
+    ports = dev.add_mutually_exclusive_group()
+    ports.add_argument("--port", type=int, default=8000, help="the BFF's port (default: 8000)")
+    ports.add_argument("--base-port", type=int, metavar="N", help=DEV_PORTS_HELP)
     dev.add_argument("--dir", default=".dataplane", help="where the embedded state lives")
     dev.add_argument("--ha", action="store_true", help="only an HA Postgres (Patroni); its DSNs")
     dev.add_argument(

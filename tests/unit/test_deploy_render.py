@@ -1,11 +1,15 @@
-"""`dataplane deploy render`: the committed base is the render, and what it renders is
-hardened, references its credentials, and scales each surface's tiers as promised."""
+"""`dataplane deploy render`: the committed base is the render of the plane's own surfaces,
+and what it renders is hardened, references its credentials, and scales each surface's
+tiers as promised. A surface a user installs next to the plane is in their render, and
+leaves this file green."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +22,48 @@ from dataplane.deploy.command import DEFAULT_IMAGE
 from dataplane.deploy.render import render, texts
 from dataplane.deploy.yaml import dump
 from dataplane.surfaces import SurfacesConfig
+from dataplane.surfaces.registry import load_registry
+from dataplane.surfaces.scaffold import scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes" / "base"
 CREDENTIAL = re.compile(r"URL|SECRET|TOKEN|KEY|PASSWORD")
+#: What the committed base is rendered from: this repository's surfaces (examples/lms),
+#: named, so that whatever else is installed in the venv stays out of it.
+PLANE_SURFACES = "dataplane_lms:PACKAGE"
+RERENDER = f"DATAPLANE_SURFACES={PLANE_SURFACES} dataplane deploy render --out " + str(
+    BASE.relative_to(ROOT)
+)
+ADVICE = (
+    "the committed base is the render of the plane's own surfaces (examples/lms). "
+    f"If you changed the generator or examples/lms, re-render it: {RERENDER}. "
+    "Your own surfaces belong in your own render (docs/deploy-kubernetes.md, "
+    '"Render it for your surfaces"), not in this base.'
+)
 
 
-def installed(probe: bool = False) -> dict[str, Any]:
-    return SurfacesConfig(probe_enabled=probe).registry().surfaces
+def plane(probe: bool = False) -> dict[str, Any]:
+    """The plane's own surfaces (``probe`` when asked), whatever else is installed."""
+    return SurfacesConfig(probe_enabled=probe, modules=PLANE_SURFACES).registry().surfaces
+
+
+def installed() -> dict[str, Any]:
+    """What the entry points register: the plane's surfaces and a user's, as deployed."""
+    return SurfacesConfig().registry().surfaces
 
 
 def objects(probe: bool = False) -> list[dict[str, Any]]:
-    files = render(installed(probe), image=DEFAULT_IMAGE, version=__version__)
+    files = render(plane(probe), image=DEFAULT_IMAGE, version=__version__)
     return [obj for objs in files.values() for obj in objs]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """A bare environment for the CLI, on this interpreter's path (PYTHONPATH kept, so it
+    runs the code under test)."""
+    env = {"PATH": str(Path(sys.executable).parent), "DATAPLANE_PROBE": "0", **extra}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 def pods(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -42,19 +75,17 @@ def pods(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_the_committed_base_is_the_render() -> None:
-    rendered = texts(render(installed(), image=DEFAULT_IMAGE, version=__version__))
+    rendered = texts(render(plane(), image=DEFAULT_IMAGE, version=__version__))
     committed = {
         p.relative_to(BASE).as_posix(): p.read_text() for p in BASE.rglob("*.yaml") if p.is_file()
     }
-    assert sorted(committed) == sorted(rendered), "run: dataplane deploy render --out " + str(
-        BASE.relative_to(ROOT)
-    )
+    assert sorted(committed) == sorted(rendered), ADVICE
     for name, text in rendered.items():
-        assert committed[name] == text, f"{name} differs from the render: re-render the base"
+        assert committed[name] == text, f"{name} differs from the render: {ADVICE}"
 
 
 def test_the_cli_writes_the_same_files(tmp_path: Path) -> None:
-    env = {"PATH": str(Path(sys.executable).parent), "DATAPLANE_PROBE": "0"}
+    env = cli_env(DATAPLANE_SURFACES=PLANE_SURFACES)
     subprocess.run(
         [sys.executable, "-m", "dataplane", "deploy", "render", "--out", str(tmp_path)],
         env=env,
@@ -77,6 +108,49 @@ def test_the_cli_writes_the_same_files(tmp_path: Path) -> None:
     assert {c["image"] for _, p in pods(docs) for c in p["containers"]} == {"r.example/dp:9"}
 
 
+@pytest.fixture
+def users_surface(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The tutorial's ``dataplane new-surface orders && pip install -e orders-surface``:
+    the scaffolded package on the path with its distribution's metadata (what an editable
+    install leaves), so ``importlib.metadata`` finds its ``dataplane.surfaces`` entry
+    point; on PYTHONPATH too, for the CLI's process."""
+    root = scaffold("orders", tmp_path)
+    info = root / "orders_surface-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: orders-surface\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[dataplane.surfaces]\norders = orders_surface:SURFACE\n"
+    )
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    )
+    load_registry.cache_clear()
+    yield root
+    load_registry.cache_clear()
+    sys.modules.pop("orders_surface", None)
+
+
+def test_a_users_own_surface_is_in_their_render_and_leaves_the_base_check_green(
+    users_surface: Path, tmp_path: Path
+) -> None:
+    assert "orders" in installed() and "orders" not in plane()
+    mine = tmp_path / "mine"
+    subprocess.run(
+        [sys.executable, "-m", "dataplane", "deploy", "render", "--out", str(mine)],
+        env=cli_env(),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    workers = {p.name for p in (mine / "workers").glob("*.yaml")}
+    assert {"surface-orders.yaml", "surface-orders-dev.yaml"} <= workers
+    assert "workers/surface-orders.yaml" in (mine / "kustomization.yaml").read_text()
+    test_the_committed_base_is_the_render()
+    test_the_cli_writes_the_same_files(tmp_path / "plane")
+    test_one_worker_per_surface_and_tier_and_dev_tiers_scale_to_zero()
+
+
 def test_the_yaml_reads_back_as_the_objects() -> None:
     for obj in objects(probe=True):
         assert yaml.safe_load(dump(obj)) == obj
@@ -88,7 +162,7 @@ def test_the_yaml_reads_back_as_the_objects() -> None:
 
 def test_one_worker_per_surface_and_tier_and_dev_tiers_scale_to_zero() -> None:
     objs = objects(probe=True)
-    surfaces = installed(probe=True)
+    surfaces = plane(probe=True)
     workers = {
         o["metadata"]["labels"]["dataplane.dev/queue-type"]: o
         for o in objs

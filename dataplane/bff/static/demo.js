@@ -1,6 +1,8 @@
 // @ts-nocheck
 // The demo page: one panel per demo surface, a coalescing burst, typed errors, abort.
-// Every query goes through dataClient.js. Test hooks: window.dataplaneDemo.
+// Every query goes through dataClient.js. With a token, the panels run their queries
+// (and the error cases) when the page opens; body[data-loaded] says when that round
+// has settled. Test hooks: window.dataplaneDemo.
 import { createDataClient, download } from "./dataClient.js";
 
 const TOKEN_KEY = "dataplane.token";
@@ -102,6 +104,9 @@ function makeSlot(container, key, label, onRun) {
   const slot = {
     key,
     out,
+    get jobId() {
+      return node.dataset.jobId || null;
+    },
     start() {
       trail.length = 0;
       node.dataset.state = "running";
@@ -154,15 +159,21 @@ function makeSlot(container, key, label, onRun) {
       node.dataset.state = "error";
       step(err.name === "AbortError" ? "aborted" : `error ${err.status ?? err.name}`);
       error.hidden = false;
-      error.textContent = describe(err);
+      error.textContent = describe(err, node.dataset.jobId);
     },
   };
   slots[key] = slot;
   return slot;
 }
 
-function describe(err) {
+/** One line for a rejected query; an abort says what became of its job, not the
+ * browser's "signal is aborted without reason". */
+function describe(err, jobId) {
   if (err.name === "DataPlaneError") return `${err.status} ${err.code}: ${err.message}`;
+  if (err.name === "AbortError") {
+    if (jobId) return "Aborted: the job was withdrawn";
+    return "Aborted: the query was withdrawn before its job was known";
+  }
   return `${err.name}: ${err.message}`;
 }
 
@@ -199,6 +210,10 @@ const ordered = (keys) => [
   ...keys.filter((k) => !LEADING.includes(k)),
 ];
 
+// A column name may break after each "_" (a narrow panel wraps it there first).
+const breakable = (name) =>
+  name.split("_").flatMap((part, i) => (i ? [el("wbr"), `_${part}`] : [part]));
+
 function table(testid, rows, caption) {
   const columns = ordered([...new Set(rows.flatMap((row) => Object.keys(row)))]);
   const shown = rows.slice(0, MAX_ROWS);
@@ -209,7 +224,7 @@ function table(testid, rows, caption) {
     "table",
     { "data-testid": testid, "data-rows": rows.length },
     el("caption", { text }),
-    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { text: c })))),
+    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { title: c }, ...breakable(c))))),
     el(
       "tbody",
       {},
@@ -383,8 +398,8 @@ async function burst() {
 }
 $("#burst-run").addEventListener("click", () => burst());
 
-// ---- typed errors ---------------------------------------------------------------------
-const errorSlot = makeSlot($("#panel-probe .slots"), "probe", "error case");
+// ---- typed errors: a slot per case ---------------------------------------------------
+// case -> [surface, operation, params, getToken (the page's when absent)]
 const ERROR_CASES = {
   "reject-400": ["probe", "reject", { status: 400, message: "the probe rejects this (400)" }],
   "reject-404": ["probe", "reject", { status: 404, message: "the probe found nothing (404)" }],
@@ -392,35 +407,54 @@ const ERROR_CASES = {
   "bad-params": ["users", "list", { limit: 0 }],
   "bad-token": ["users", "list", { limit: 1 }, () => "not-a-valid-token"],
 };
+const LABELS = {
+  "reject-400": "reject 400",
+  "reject-404": "reject 404",
+  "unknown-op": "unknown operation",
+  "bad-params": "bad params",
+  "bad-token": "bad token",
+};
+const FIELDS = ["name", "status", "code", "message", "job"];
 
 async function errorCase(name) {
   const [surface, operation, params, getToken] = ERROR_CASES[name];
-  const box = $("#error-output");
-  box.hidden = true;
+  const slot = slots[`err-${name}`];
   let shown;
   try {
-    const result = await runIn(errorSlot, surface, operation, params, { getToken });
+    const result = await runIn(slot, surface, operation, params, { getToken });
     shown = { name: "(no error)", message: JSON.stringify(result) };
   } catch (err) {
     shown = err;
   }
   const { name: errorName, status = "", code = "", message = "", jobId = null } = shown;
-  const fields = { name: errorName, status, code, message, job: jobId || "—" };
-  for (const [field, value] of Object.entries(fields)) {
-    $(`[data-testid=error-${field}]`).textContent = value;
+  const values = { name: errorName, status, code, message, job: jobId || "—" };
+  const box = el("dl", {
+    class: "error-output",
+    "data-testid": `error-output-${name}`,
+    "data-case": name,
+    "data-name": errorName,
+    "data-status": status,
+    "data-code": code,
+    title: `${LABELS[name]}: ${surface}.${operation}`,
+  });
+  for (const field of FIELDS) {
+    box.append(
+      el("dt", { text: field }),
+      el("dd", { "data-testid": `error-${name}-${field}`, text: values[field] }),
+    );
   }
-  Object.assign(box.dataset, { case: name, name: errorName, status, code });
-  box.hidden = false;
+  slot.out.replaceChildren(box);
   return { name: errorName, status, code, message, jobId };
 }
-for (const name of Object.keys(ERROR_CASES)) {
-  $(`#err-${name}`).addEventListener("click", () => errorCase(name));
+for (const [name, [surface, operation]] of Object.entries(ERROR_CASES)) {
+  const slot = makeSlot($("#error-slots"), `err-${name}`, LABELS[name], () => errorCase(name));
+  slot.out.title = `${surface}.${operation}`;
 }
 
 // ---- progress -------------------------------------------------------------------------
 // A job that reports progress: the stream's progress events fill the slot's bar (a POST
 // held for its answer would get the answer alone, so this one asks for no wait).
-const progressSlot = makeSlot($("#panel-probe .slots"), "progress", "probe.progress");
+const progressSlot = makeSlot($("#progress-slots"), "progress", "probe.progress");
 $("#progress-start").addEventListener("click", async () => {
   const params = { steps: num($("#progress-steps")) || 1, ms: num($("#progress-ms")) || 0 };
   const probe = clientFor("probe", currentToken, { preferWaitSeconds: 0 });
@@ -436,7 +470,7 @@ $("#progress-start").addEventListener("click", async () => {
 });
 
 // ---- abort ----------------------------------------------------------------------------
-const abortSlot = makeSlot($("#panel-probe .slots"), "abort", "probe.sleep (abortable)");
+const abortSlot = makeSlot($("#abort-slots"), "abort", "probe.sleep (abortable)");
 let controller = null;
 
 $("#abort-start").addEventListener("click", async () => {
@@ -448,7 +482,8 @@ $("#abort-start").addEventListener("click", async () => {
     await runIn(abortSlot, "probe", "sleep", params, { signal: controller.signal });
     $("#abort-output").textContent = "finished (not aborted)";
   } catch (err) {
-    $("#abort-output").textContent = `${describe(err)} · open streams: ${openStreams()}`;
+    const line = describe(err, abortSlot.jobId);
+    $("#abort-output").textContent = `${line} · open streams: ${openStreams()}`;
   } finally {
     $("#abort-stop").disabled = true;
   }
@@ -492,6 +527,30 @@ async function query(surface, operation, params) {
   }
 }
 
+// ---- the first round: every panel answers on load ------------------------------------
+// The lists, their drill-downs and the error cases, once a token is known (in the URL or
+// kept from before, else when one is pasted). The burst, progress and abort demos run
+// on their buttons: they are about timing, and 50 queries would hold the connections.
+let firstRound = null;
+function runFirstRound() {
+  const note = $("#first-round");
+  if (!currentToken()) {
+    note.textContent = "paste a token to run the panels";
+    document.body.dataset.loaded = "no-token";
+    return null;
+  }
+  note.textContent = "running every panel…";
+  firstRound ??= Promise.allSettled([runAll(), ...Object.keys(ERROR_CASES).map(errorCase)]).then(
+    () => {
+      note.textContent = "";
+      document.body.dataset.loaded = "true";
+    },
+  );
+  return firstRound;
+}
+tokenInput.addEventListener("change", () => runFirstRound());
+
 window.dataplaneDemo = { runAll, burst, errorCase, abortAt, query, openStreams, downloadPdf };
 $("#ready").hidden = false;
 document.body.dataset.ready = "true";
+runFirstRound();
