@@ -10,8 +10,9 @@ On its own embedded Postgres (durable defaults) migrated by ``dataplane migrate`
 bulk-loads ``maestro_queues`` and ``worker_runs`` with INSERT ... SELECT
 generate_series (what the load holds: docs/perf/benchmarks.md), ANALYZE, then times
 the console's own code :data:`ROUNDS` times each: ``reads.overview`` (the wallboard's
-cards), ``reads.list_jobs`` for the first page, and a filtered page read from the
-previous page's cursor (keyset). Prints p50/p95/max in ms and writes
+cards), ``reads.list_jobs`` for the first page, a filtered page read from the
+previous page's cursor (keyset), and ``reads.slowest_job`` over the longest window
+(24 h: some 300,000 done rows) of every type and of one. Prints p50/p95/max in ms and writes
 ``bench/results/overview.json`` (not committed); ``--explain`` prints each statement's
 plan (EXPLAIN ANALYZE, BUFFERS) as the last timed round ran it.
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import argparse
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -204,10 +206,13 @@ async def measure(dsn: str, result: Result, explain: bool) -> None:
         async def filtered() -> None:
             await reads.list_jobs(db, only, after=after)
 
+        since = reads.parse_since("24h", datetime.now(UTC))
         queries: dict[str, Callable[[], Awaitable[Any]]] = {
             "overview": lambda: reads.overview(db),
             "jobs_first_page": lambda: reads.list_jobs(db, reads.JobFilter()),
             "jobs_filtered_page": filtered,
+            "slowest": lambda: reads.slowest_job(db, since, None),
+            "slowest_of_type": lambda: reads.slowest_job(db, since, TYPES[7]),
         }
         for name, fn in queries.items():
             result.detail[name] = await timed(fn)
@@ -219,6 +224,8 @@ async def measure(dsn: str, result: Result, explain: bool) -> None:
         plans: dict[str, dict[str, Any]] = {"console_overview": {}}
         plans["console_jobs"] = {**jobs, "type": None, "status": None}
         plans["console_jobs filtered"] = {**jobs, "after_at": at, "after_id": job_id}
+        slow = {"since": since, "type": TYPES[7], "sample": reads.SLOWEST_SAMPLE}
+        plans["console_slowest"] = slow
         result.detail["plans"] = {n: await _plan(db, n, p) for n, p in plans.items()}
     if explain:
         for name, plan in result.detail["plans"].items():
@@ -252,6 +259,8 @@ def run(rows: int, explain: bool) -> Result:
         "jobs_first_page_p95_ms": result.detail["jobs_first_page"]["p95"],
         "jobs_filtered_page_p50_ms": result.detail["jobs_filtered_page"]["p50"],
         "jobs_filtered_page_p95_ms": result.detail["jobs_filtered_page"]["p95"],
+        "slowest_p95_ms": result.detail["slowest"]["p95"],
+        "slowest_of_type_p95_ms": result.detail["slowest_of_type"]["p95"],
         "load_s": round(load_s["maestro_queues_load_s"] + load_s["worker_runs_load_s"], 1),
     }
     result.total_seconds = round(time.perf_counter() - t0, 1)
@@ -272,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     result = interruptible(lambda: run(rows, args.explain))
     if result is None:
         return 130
-    names = ["overview", "jobs_first_page", "jobs_filtered_page"]
+    names = ["overview", "jobs_first_page", "jobs_filtered_page", "slowest", "slowest_of_type"]
     table = [[n, *(result.detail[n][k] for k in ("p50", "p95", "max", "mean"))] for n in names]
     print("\n" + format_table(["read (ms)", "p50", "p95", "max", "mean"], table))
     print_figures(result)

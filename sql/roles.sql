@@ -91,6 +91,8 @@ BEGIN
     GRANT SELECT ON maestro_paused TO dataplane_viewer;
     -- The wallboard's cards (0021), which the console reads too: counts, times, ratios.
     GRANT SELECT ON dataplane_overview TO dataplane_viewer, dataplane_operator;
+    -- The wallboard's Poison jobs panel (0022): operation, client, the error's last line.
+    GRANT SELECT ON dataplane_poison_jobs TO dataplane_viewer, dataplane_operator;
 
     -- Operator (the console, and the CLI's operator commands): read jobs and reports,
     -- act on jobs and queue types, and record every action in the audit table, which it

@@ -60,8 +60,10 @@ class Console:
         params: Mapping[str, Any] | None = None,
         traceparent: str | None = None,
         available_in: float = 0.0,
+        completed_at: datetime | None = None,
     ) -> str:
-        """One row as the BFF and a worker would have left it; its id."""
+        """One row as the BFF and a worker would have left it (a finished one completed
+        ``completed_at``, default now); its id."""
         job_id = str(uuid.uuid4())
         payload: dict[str, Any] = {
             "v": 1,
@@ -97,7 +99,7 @@ class Console:
                 client,
                 error,
                 created,
-                now if finished else None,
+                (completed_at or now) if finished else None,
                 now + timedelta(seconds=available_in if status == "pending" else 60),
                 now + timedelta(seconds=60) if status == "in_progress" else None,
                 "worker-1" if status == "in_progress" else None,
@@ -162,6 +164,25 @@ def wait_ready(proc: BffProcess, within: float = 30.0) -> None:
     raise AssertionError(f"console not ready within {within}s:\n{proc.output()}")
 
 
+def console_env(dsn: str) -> dict[str, str]:
+    """A console's environment on the queue DB ``dsn``: tokens signed with the tests'
+    secret, job pages linking traces to :data:`TRACE_URL`."""
+    return {
+        "MAESTRO_QUEUES_URL": dsn,
+        "DATAPLANE_JWT_SECRET": JWT_SECRET,
+        "DATAPLANE_JWT_PUBLIC_KEY": "",
+        "DATAPLANE_JWT_JWKS_URL": "",
+        "DATAPLANE_TRACE_URL": TRACE_URL,
+        "DATAPLANE_CONSOLE_REFRESH_SECONDS": "0.2",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def console_process(env: Mapping[str, str], log: Path) -> BffProcess:
+    """A ``dataplane console`` process started (not yet ready) with ``env``."""
+    return BffProcess(env, str(log), port=free_port(), command=("-m", "dataplane", "console"))
+
+
 @contextmanager
 def running_console(
     admin_dsn: str,
@@ -182,21 +203,7 @@ def running_console(
             "DATAPLANE_CONSOLE_DB_URL": with_params(dsn, user=login[0], password=login[1]),
             "DATAPLANE_ALLOW_OWNER": "0",
         }
-    proc = BffProcess(
-        {
-            "MAESTRO_QUEUES_URL": dsn,
-            "DATAPLANE_JWT_SECRET": JWT_SECRET,
-            "DATAPLANE_JWT_PUBLIC_KEY": "",
-            "DATAPLANE_JWT_JWKS_URL": "",
-            "DATAPLANE_TRACE_URL": TRACE_URL,
-            "DATAPLANE_CONSOLE_REFRESH_SECONDS": "0.2",
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        },
-        str(logs / f"{name}.log"),
-        port=free_port(),
-        command=("-m", "dataplane", "console"),
-    )
+    proc = console_process({**console_env(dsn), **(env or {})}, logs / f"{name}.log")
     try:
         wait_ready(proc)
         yield Console(proc.base, dsn, proc)

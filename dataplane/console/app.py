@@ -147,7 +147,8 @@ async def _error_page(error: ApiError) -> Response:
     wanted = request.accept_mimetypes.best_match(["application/json", "text/html"])
     if wanted != "text/html":  # */* (curl, httpx) gets the JSON
         return error.response()
-    body = await render_template("error.html", error=error)
+    here = request.full_path.rstrip("?") if request.method == "GET" else "/"
+    body = await render_template("error.html", error=error, next_page=here)
     resp = Response(body, status=error.status, mimetype="text/html")
     for name in ("WWW-Authenticate", "Retry-After"):
         value = error.response().headers.get(name)

@@ -1,4 +1,5 @@
-"""What the console reads: the wallboard's cards, the jobs list, a job's page.
+"""What the console reads: the wallboard's cards, the jobs list, a job's page, and the
+slowest recent job (the latency alerts' way to a trace).
 
 Every statement is in ``sql/queries/console.sql``, bounded and indexed. The cards are
 the view ``dataplane_overview`` (migration 0021: live rows, poison rows, paused types,
@@ -13,11 +14,12 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
+from dataplane.maintenance.retention import DONE_RETENTION_SECONDS
 from dataplane.queue.types import STATUSES, QueueType
 
 # The view's constants (migration 0021), for the reader: the newest job reports of the
@@ -29,6 +31,10 @@ PAGE_SIZE = 50  # jobs per page
 MAX_PAGE_SIZE = 500
 MAX_FILTER_CHARS = 200
 READ_TIMEOUT = 5.0  # seconds one console read may take
+SLOWEST_SAMPLE = 10_000  # the newest done jobs of a window the slowest is taken from
+MAX_SINCE = timedelta(seconds=DONE_RETENTION_SECONDS)  # done rows are deleted after it
+_SINCE = re.compile(r"([0-9]{1,6})([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SECRET_KEY = re.compile(r"token|secret|password|passwd|authorization|api[_-]?key", re.I)
 
 
@@ -218,6 +224,47 @@ async def job_detail(db: Database, job_id: uuid.UUID) -> JobDetail | None:
         (r["trace_id"] for r in reversed(detail.runs) if r["trace_id"]), None
     )
     return detail
+
+
+@dataclass(frozen=True, slots=True)
+class Slowest:
+    """The slowest recent done job: its id, type and seconds from enqueue to done."""
+
+    id: uuid.UUID
+    type: str
+    seconds: float
+
+
+def parse_since(raw: str | None, now: datetime) -> datetime:
+    """The start of a window: ``raw`` a duration back from ``now`` (``90s``, ``30m``,
+    ``1h``, ``1d``) or an ISO 8601 time; an hour when absent; at most :data:`MAX_SINCE`
+    back (done jobs are not kept longer)."""
+    raw = (raw or "").strip() or "1h"
+    found = _SINCE.fullmatch(raw)
+    if found:
+        start = now - timedelta(seconds=int(found[1]) * _UNIT[found[2]])
+    else:
+        try:
+            start = datetime.fromisoformat(raw)
+        except ValueError:
+            raise InvalidArgument(
+                f"since is a duration (90s, 30m, 1h, 1d) or an ISO 8601 time, got {raw[:40]!r}"
+            ) from None
+        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+    if start < now - MAX_SINCE:
+        hours = MAX_SINCE.total_seconds() / 3600
+        raise InvalidArgument(f"since: at most {hours:g} h back (done jobs are kept {hours:g} h)")
+    return start
+
+
+async def slowest_job(db: Database, since: datetime, queue_type: str | None) -> Slowest | None:
+    """The done job (of ``queue_type``, when given) that took longest from enqueue to
+    completion among the newest :data:`SLOWEST_SAMPLE` completed since ``since``."""
+    if queue_type is not None:
+        QueueType.parse(queue_type)
+    params = {"since": since, "type": queue_type, "sample": SLOWEST_SAMPLE}
+    row = await db.fetchone(q("console_slowest"), params, call_timeout=READ_TIMEOUT)
+    return None if row is None else Slowest(row["id"], row["type"], row["seconds"])
 
 
 def safe_envelope(payload: dict[str, Any]) -> dict[str, Any]:

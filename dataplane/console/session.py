@@ -10,6 +10,12 @@ replicas), lives until the token's ``exp``, and is ``HttpOnly``, ``SameSite=Stri
 (``127.0.0.1``, ``localhost``, ``[::1]``: the default bind, where browsers may not
 keep a ``Secure`` cookie from ``http://``).
 
+A link from elsewhere (an alert's ``trace_url``) arrives without the cookie when its
+page is on another site (``SameSite=Strict``), or from a browser not signed in: the
+401 page's "Sign in" goes to ``/login?next=<the page>``, which a browser whose cookie is
+good (now sent: the click was on this site) is sent straight on to, and which a
+sign-in returns to (:func:`local_path`: a path of this console only).
+
 Roles (the ``roles`` claim, a list of strings): :data:`OPERATOR` reads and acts,
 :data:`VIEWER` reads only. No token or a bad one is 401; a verified token with neither
 role (an end user's) is 403 on every route; a viewer's action is 403.
@@ -41,6 +47,7 @@ from dataplane.operator import Operator
 
 COOKIE = "dataplane_console"
 MAX_COOKIE_TOKEN = 3800  # bytes: a cookie holds about 4 KiB, name and attributes included
+MAX_NEXT_CHARS = 2000  # a sign-in's next page: a path and query string of this console
 OPERATOR = "dataplane:operator"
 VIEWER = "dataplane:viewer"
 CSRF_FIELD = "csrf"
@@ -146,6 +153,22 @@ def same_origin() -> None:
         expected = f"{request.scheme}://{request.host}"
         if origin != expected:
             raise ApiError(403, f"a sign-in from {origin} is refused: use this console's page")
+
+
+def local_path(raw: object) -> str:
+    """``raw`` when it is a path of this console (``/jobs/slowest?since=1h``), else
+    ``/``: where a sign-in goes next, never another site (no ``//host``, no scheme, no
+    backslash a browser would read as a slash, no control character)."""
+    if (
+        not isinstance(raw, str)
+        or len(raw) > MAX_NEXT_CHARS
+        or not raw.startswith("/")
+        or raw.startswith("//")
+        or "\\" in raw
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw)
+    ):
+        return "/"
+    return raw
 
 
 def cookie_is_secure() -> bool:

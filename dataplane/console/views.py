@@ -4,6 +4,7 @@
     GET  /events                 the wallboard's cards, live (SSE, event ``cards``)
     GET  /jobs                   jobs by type, status, client, operation, error, time; keyset
     GET  /jobs/<id>              one job: envelope (no credential), params, attempts, trace
+    GET  /jobs/slowest           303 to the slowest recent done job's page (since, type)
     GET  /jobs/confirm           a bulk action's dry run: the count, and the form to confirm
     POST /jobs/retry|discard     a bulk action on a filter (operator, CSRF)
     POST /jobs/<id>/retry|discard|cancel           one job (operator, CSRF)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -29,11 +31,21 @@ from quart import Blueprint, Response, current_app, g, render_template, request
 
 from dataplane.console import actions
 from dataplane.console.board import BoardFull
-from dataplane.console.reads import JobFilter, job_detail, list_jobs, overview, parse_job_id
+from dataplane.console.reads import (
+    SLOWEST_SAMPLE,
+    JobFilter,
+    job_detail,
+    list_jobs,
+    overview,
+    parse_job_id,
+    parse_since,
+    slowest_job,
+)
 from dataplane.console.reads import type_known as _type_known
 from dataplane.console.session import (
     Caller,
     clear_session,
+    local_path,
     require_csrf,
     require_operator,
     same_origin,
@@ -187,6 +199,26 @@ def _int_arg(name: str, default: int) -> int:
         raise ApiError(400, f"{name} must be an integer") from None
 
 
+@views.get("/jobs/slowest")
+async def slowest() -> Response:
+    """The latency alerts' link (``trace_url``): 303 to the page of the done job that
+    took longest from enqueue to completion since ``since`` (default ``1h``), of the
+    queue type ``type`` when given; that page links the job's trace."""
+    caller()
+    now = datetime.now(UTC)
+    since = _checked(parse_since, request.args.get("since"), now)
+    queue_type = (request.args.get("type") or "").strip() or None
+    found = await _guarded(slowest_job(database(), since, queue_type))
+    if found is None:
+        of = f" of type {queue_type}" if queue_type else ""
+        at = since.isoformat(timespec="seconds")
+        raise ApiError(
+            404,
+            f"no job{of} completed since {at} (searched: the newest {SLOWEST_SAMPLE:,} done jobs)",
+        )
+    return _see_other(f"/jobs/{found.id}")
+
+
 @views.get("/jobs/<job_id>")
 async def job(job_id: str) -> Response:
     caller()
@@ -211,7 +243,17 @@ async def audit() -> Response:
 
 @views.get("/login")
 async def login_form() -> Response:
-    return await page("login.html")
+    """The sign-in form; a browser already signed in goes straight on to ``next``."""
+    next_page = local_path(request.args.get("next", "/"))
+    state = _state()
+    if state.sessions is not None and request.args.get("next"):
+        try:
+            caller()
+        except ApiError:
+            pass  # no session, or a lapsed one: the form
+        else:
+            return _see_other(next_page)
+    return await page("login.html", next_page=next_page)
 
 
 @views.post("/login")
@@ -225,7 +267,7 @@ async def login() -> Response:
     if not token:
         raise ApiError(400, "paste a token into the form")
     me = state.sessions.check_token(token, via_cookie=True)
-    resp = _see_other("/")
+    resp = _see_other(local_path(form.get("next", "/")))
     set_session(resp, token, me.expires)
     return resp
 

@@ -23,7 +23,8 @@ if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   # <login>_db_password files, `dataplane` (migrations: owns the queue DB, may create
   # roles, no superuser) and one login per runtime process, each a member of its group
   # role only (sql/roles.sql, which `dataplane migrate` grants): the console's is
-  # console_login, in dataplane_operator. Passwords are hex.
+  # console_login, in dataplane_operator; Grafana's grafana_login, in dataplane_viewer.
+  # Passwords are hex.
   if [ -n "${DATAPLANE_DB_PASSWORDS:-}" ]; then
     pw() { tr -cd '0-9a-f' <"$DATAPLANE_DB_PASSWORDS/$1_db_password"; }
     {
@@ -36,6 +37,10 @@ if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
         echo "CREATE ROLE ${kind}_login LOGIN PASSWORD '$(pw "$kind")' IN ROLE dataplane_$kind"
       done
       echo "CREATE ROLE console_login LOGIN PASSWORD '$(pw console)' IN ROLE dataplane_operator"
+      # Grafana's wallboard (the observability profile), when init-secrets wrote its password.
+      if [ -s "$DATAPLANE_DB_PASSWORDS/grafana_db_password" ]; then
+        echo "CREATE ROLE grafana_login LOGIN PASSWORD '$(pw grafana)' IN ROLE dataplane_viewer"
+      fi
     } | postgres --single -D "$PGDATA" postgres >/dev/null
   fi
   echo "postgres-entrypoint: initialized $PGDATA (user $POSTGRES_USER, database $POSTGRES_DB)"

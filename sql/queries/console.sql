@@ -54,6 +54,26 @@ WHERE %(status)s::text IS NULL OR s.status = %(status)s::text
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s;
 
+-- name: console_slowest
+-- The slowest job, enqueue to completion, of the newest %(sample)s done rows completed
+-- since %(since)s (GET /jobs/slowest: the latency alerts' link to a trace). The
+-- window is read backwards on maestro_queues_finished_at (status, completed_at; 0005)
+-- from its newest entry, at most %(sample)s rows whatever the window holds, then the
+-- type filter applied to those rows: a read costs the same with a million done rows
+-- in the window as with the sample. A window holding more rows than the sample gives
+-- the slowest of its newest part (the part a firing alert is about).
+SELECT id, type, extract(epoch FROM completed_at - created_at)::float8 AS seconds
+FROM (
+    SELECT id, type, created_at, completed_at
+    FROM maestro_queues
+    WHERE status = 'done' AND completed_at >= %(since)s::timestamptz
+    ORDER BY completed_at DESC
+    LIMIT %(sample)s
+) AS recent
+WHERE %(type)s::text IS NULL OR type = %(type)s::text
+ORDER BY completed_at - created_at DESC, completed_at DESC
+LIMIT 1;
+
 -- name: console_job
 -- One job (its primary key): every column the job's page shows, the result's size.
 SELECT id, type, status, client, payload, last_error, locked_by, dequeue_count,

@@ -62,7 +62,7 @@ def test_vendored_htmx_is_the_pinned_release() -> None:
 
 def test_no_token_is_401_and_an_end_user_is_403_everywhere(console: Console) -> None:
     job = "00000000-0000-0000-0000-000000000001"
-    gets = ["/", "/overview.json", "/events", "/jobs", f"/jobs/{job}", "/audit"]
+    gets = ["/", "/overview.json", "/events", "/jobs", f"/jobs/{job}", "/jobs/slowest", "/audit"]
     posts = [f"/jobs/{job}/retry", "/jobs/retry", "/queues/surface-x/pause", "/logout"]
     with console.client() as anon, console.client(token()) as user:
         for path in gets:
@@ -124,6 +124,34 @@ def test_login_sets_a_strict_httponly_cookie_and_checks_the_origin(console: Cons
         assert out.status_code == 303 and out.headers["Set-Cookie"].startswith(
             "dataplane_console=;"
         )
+
+
+def test_a_sign_in_returns_to_the_page_that_asked_for_it(console: Console) -> None:
+    """An alert's link opened without the cookie (another site's link under SameSite=
+    Strict, or signed out): the 401 page's sign-in returns to it, and goes straight on
+    when the cookie is good; never to another site."""
+    html = {"Accept": "text/html"}
+    wanted = "/jobs/slowest?since=1h&type=surface-a"
+    with console.client() as browser:
+        page = browser.get(wanted, headers=html)
+        assert page.status_code == 401
+        link = re.search(r'data-testid="sign-in-link" href="([^"]+)"', page.text)
+        assert link is not None and link.group(1) == (
+            "/login?next=/jobs/slowest%3Fsince%3D1h%26type%3Dsurface-a"
+        )
+        form = browser.get(link.group(1).replace("&amp;", "&"), headers=html)
+        assert (
+            form.status_code == 200
+            and f'name="next" value="{wanted.replace("&", "&amp;")}"' in form.text
+        )
+        resp = browser.post("/login", data={"token": viewer_token(), "next": wanted})
+        assert resp.status_code == 303 and resp.headers["Location"] == wanted
+        again = browser.get("/login", params={"next": wanted}, headers=html)  # the cookie sent
+        assert again.status_code == 303 and again.headers["Location"] == wanted
+        for evil in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "x", "/\n"):
+            resp = browser.post("/login", data={"token": viewer_token(), "next": evil})
+            assert resp.status_code == 303 and resp.headers["Location"] == "/", evil
+            assert browser.get("/login", params={"next": evil}).headers["Location"] == "/"
 
 
 def test_the_wallboard_counts_the_rows_poison_first(fresh: Console) -> None:
@@ -246,6 +274,55 @@ def test_a_job_page_shows_no_credential_and_links_its_trace(fresh: Console) -> N
         assert ops.get("/jobs/not-a-uuid").status_code == 400
 
 
+def test_slowest_redirects_to_the_window_s_slowest_done_job(fresh: Console) -> None:
+    """GET /jobs/slowest (the latency alerts' trace_url): 303 to the page of the done job
+    that took longest from enqueue to completion in the window, of the type if given;
+    a slower job that did not finish done, or finished before the window, is not it."""
+    now = datetime.now(UTC)
+
+    def ago(seconds: float) -> datetime:
+        return now - timedelta(seconds=seconds)
+
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    fresh.add_job("surface-alpha", "done", created_at=ago(0.5))
+    slow = fresh.add_job(
+        "surface-alpha", "done", created_at=ago(30), traceparent=f"00-{trace}-b7ad6b7169203331-01"
+    )
+    beta = fresh.add_job("surface-beta", "done", created_at=ago(90))
+    fresh.add_job("surface-alpha", "poison", created_at=ago(600))  # not an answer
+    fresh.add_job("surface-alpha", "cancelled", created_at=ago(600))
+    fresh.add_job("surface-alpha", "in_progress", created_at=ago(900))  # not finished
+    earlier = fresh.add_job(
+        "surface-alpha", "done", created_at=ago(3 * 3600), completed_at=ago(2 * 3600)
+    )
+    with fresh.client(viewer_token()) as viewer:
+
+        def slowest(**args: str) -> httpx.Response:
+            return viewer.get("/jobs/slowest", params=args, headers={"Accept": "text/html"})
+
+        for args, job in (
+            ({}, beta),  # since=1h by default
+            ({"since": "1h"}, beta),
+            ({"since": "1h", "type": "surface-alpha"}, slow),
+            ({"since": "3h", "type": "surface-alpha"}, earlier),
+            ({"since": ago(2.5 * 3600).isoformat()}, earlier),
+        ):
+            resp = slowest(**args)
+            assert resp.status_code == 303, (args, resp.text)
+            assert resp.headers["Location"] == f"/jobs/{job}", args
+        page = viewer.get(slowest(type="surface-alpha").headers["Location"])
+        assert page.status_code == 200 and f'data-testid="job-id">{slow}<' in page.text
+        assert 'href="' + TRACE_URL.format(trace_id=trace) + '"' in page.text
+        none = slowest(type="surface-gamma")
+        assert none.status_code == 404
+        assert "no job of type surface-gamma completed since" in none.text
+        for bad in ("soon", "2d", "25h", ago(2 * 86400).isoformat()):
+            resp = viewer.get("/jobs/slowest", params={"since": bad})
+            assert resp.status_code == 400, bad
+            assert "since" in resp.json()["error"]["message"]
+        assert viewer.get("/jobs/slowest", params={"type": "nope"}).status_code == 400
+
+
 def test_it_runs_as_a_member_of_dataplane_operator(
     pg_admin_dsn: str, template_db: str, tmp_path: Path
 ) -> None:
@@ -265,6 +342,9 @@ def test_it_runs_as_a_member_of_dataplane_operator(
                 assert [card["poison"] for card in cards] == [1]
                 assert ops.get("/jobs").status_code == 200
                 assert ops.get(f"/jobs/{job}").status_code == 200  # blobs' heads included
+                done = c.add_job("surface-alpha", "done")
+                slowest = ops.get("/jobs/slowest")
+                assert slowest.status_code == 303 and slowest.headers["Location"] == f"/jobs/{done}"
                 assert ops.get("/audit").status_code == 200
     finally:
         with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, launched_chromium
-from tests.console import Console, operator_token, running_console, viewer_token
+from tests.console import TRACE_URL, Console, operator_token, running_console, viewer_token
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -134,3 +134,41 @@ def test_a_viewer_sees_no_action(tab: Page, console: Console) -> None:
     expect(tab.get_by_test_id("bulk-retry")).to_have_count(0)
     tab.goto(f"/jobs/{job}")
     expect(tab.get_by_test_id("job-retry")).to_have_count(0)
+
+
+def test_the_latency_alert_link_leads_to_the_slowest_job_and_its_trace(
+    tab: Page, console: Console
+) -> None:
+    """The alerts' trace_url (``/jobs/slowest?since=1h``) opened in a browser not signed
+    in: the 401 page's sign-in returns to it, and it lands on the slowest done job's
+    page, whose trace link names that job's trace. Signed in, the sign-in link goes
+    straight on (what a link from another site, sent no Strict cookie, needs)."""
+    expect = _expect()
+    console.clear()
+    now = datetime.now(UTC)
+    trace = "5b8efff798038103d269b633813fc60c"
+    console.add_job("surface-alpha", "done", created_at=now - timedelta(seconds=1))
+    slow = console.add_job(
+        "surface-alpha",
+        "done",
+        created_at=now - timedelta(seconds=40),
+        traceparent=f"00-{trace}-eee19b7ec3c1b174-01",
+    )
+    console.add_job("surface-alpha", "done", created_at=now - timedelta(seconds=5))
+    tab.goto("/jobs/slowest?since=1h")
+    expect(tab.get_by_test_id("error")).to_contain_text("sign in")
+    tab.get_by_test_id("sign-in-link").click()
+    tab.locator("textarea[name=token]").fill(viewer_token())
+    tab.get_by_test_id("sign-in").click()
+    tab.wait_for_url(f"**/jobs/{slow}")
+    expect(tab.get_by_test_id("job-id")).to_have_text(slow)
+    link = tab.get_by_test_id("trace")
+    expect(link).to_have_text(trace)
+    expect(link).to_have_attribute("href", TRACE_URL.format(trace_id=trace))
+    _shot(tab, "console-slowest")
+    tab.goto("/")
+    tab.goto("/login?next=/jobs/slowest%3Fsince%3D1h")
+    tab.wait_for_url(f"**/jobs/{slow}")
+    expect(tab.get_by_test_id("trace")).to_have_text(trace)
+    tab.goto("/jobs/slowest?since=1h&type=surface-none")
+    expect(tab.get_by_test_id("error")).to_contain_text("no job of type surface-none completed")

@@ -13,7 +13,7 @@ from tests.fleet.test_compose import CONF, VERSION, _env_file, compose, secrets
 
 SERVICES = {
     "postgres", "migrate", "demo-db", "bff1", "bff2", "proxy", "capcom", "console", "prometheus",
-    "worker-users", "worker-learnerviews", "worker-accounting", "worker-skills",
+    "alertmanager", "worker-users", "worker-learnerviews", "worker-accounting", "worker-skills",
 }  # fmt: skip
 KINDS = ("admin", "demo", "bff", "worker", "capcom", "console")  # an env file each
 

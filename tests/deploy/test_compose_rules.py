@@ -7,12 +7,17 @@ files they mount, passes ``promtool check config`` (which loads and checks every
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+
+from dataplane.dev.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "compose" / "prometheus.yml"
@@ -27,6 +32,13 @@ def mounts() -> dict[str, Path]:
         if source.startswith("./"):
             out[target] = ROOT / source
     return out
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is missing: `apt-get update && apt-get install -y prometheus`")
+    return found
 
 
 def test_compose_prometheus_loads_every_rule_file_of_dashboards(tmp_path: Path) -> None:
@@ -47,12 +59,54 @@ def test_compose_prometheus_loads_every_rule_file_of_dashboards(tmp_path: Path) 
         job["authorization"]["credentials_file"] = str(token)
     here = tmp_path / "prometheus.yml"
     here.write_text(yaml.safe_dump(config))
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is missing: `apt-get update && apt-get install -y prometheus`")
     done = subprocess.run(
-        [promtool, "check", "config", str(here)], capture_output=True, text=True, timeout=60
+        [promtool(), "check", "config", str(here)], capture_output=True, text=True, timeout=60
     )
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
     assert said.count("SUCCESS") >= 3, said  # the config and both rule files
+
+
+def test_compose_prometheus_renders_runbook_url_from_its_runbook_base(tmp_path: Path) -> None:
+    """DataplaneQueueNotSampled is pending at the first evaluation of a Prometheus
+    that scrapes nothing (``absent(dataplane_queue_depth)``), with its annotations
+    rendered: ``runbook_url`` is compose's runbook_base and the alert's page."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.fail("prometheus is missing: `apt-get update && apt-get install -y prometheus`")
+    config = yaml.safe_load(CONFIG.read_text())
+    base = config["global"]["external_labels"]["runbook_base"]
+    mounted = mounts()
+    here = {
+        "global": {**config["global"], "evaluation_interval": "1s"},
+        "rule_files": [str(mounted[path]) for path in config["rule_files"]],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(here))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("w"),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        urls: dict[str, str] = {}
+        while time.monotonic() < deadline and "DataplaneQueueNotSampled" not in urls:
+            time.sleep(0.2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts") as r:
+                    alerts = json.load(r)["data"]["alerts"]
+            except OSError:
+                continue
+            urls = {a["labels"]["alertname"]: a["annotations"]["runbook_url"] for a in alerts}
+        log = (tmp_path / "prometheus.log").read_text()
+        want = f"{base}/DataplaneQueueNotSampled.md"
+        assert urls.get("DataplaneQueueNotSampled") == want, (urls, log[-2000:])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -4,10 +4,11 @@ ready on its loopback port and reads the queue as an operator (the config alone,
 tests/deploy/test_compose_config.py).
 
 The images come from scripts/build-image (the plane's; ``IMAGE`` names another tag) and
-scripts/build-compose-images (Postgres, HAProxy, Prometheus from Debian's packages),
-reused while current. Each run is its own compose project on free loopback ports, with
-its own secrets (deploy/compose/init-secrets into a temp dir), and is taken down with
-its volumes at the end, whatever happened.
+scripts/build-compose-images (Postgres, HAProxy, Prometheus, Alertmanager from Debian's
+packages), reused while current. Each run is its own compose project on free loopback
+ports, with its own secrets (deploy/compose/init-secrets into a temp dir), and is taken
+down with its volumes at the end, whatever happened. The services of the
+``observability`` profile (a collector, Jaeger, Grafana: registry images) do not start.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def fleet_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         DATAPLANE_IMAGE=f"{image}-lms:{VERSION}",
         DATAPLANE_LISTEN=f"127.0.0.1:{free_port()}",
         PROMETHEUS_LISTEN=f"127.0.0.1:{free_port()}",
+        ALERTMANAGER_LISTEN=f"127.0.0.1:{free_port()}",
         CONSOLE_LISTEN=f"127.0.0.1:{free_port()}",
         COMPOSE_PROJECT_NAME=f"dptest{uuid.uuid4().hex[:8]}",
     )

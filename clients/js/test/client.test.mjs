@@ -7,6 +7,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { request as httpRequest, createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +19,7 @@ let dev;
 let base;
 let token;
 let dir;
+let queueDsn;
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "dataplane-client-"));
@@ -33,7 +35,11 @@ before(async () => {
     dev.stdout.on("data", (chunk) => {
       out += chunk;
       const found = /Dev token:\s+(\S+)/.exec(out);
-      if (found && /Ctrl-C stops everything/.test(out)) resolve(found[1]);
+      const dsn = /Queue DB:\s+(.+)/.exec(out);
+      if (found && dsn && /Ctrl-C stops everything/.test(out)) {
+        queueDsn = dsn[1];
+        resolve(found[1]);
+      }
     });
   });
   token = await withTimeout(started, 120_000, () => `dataplane dev did not start:\n${out}`);
@@ -63,50 +69,45 @@ test("a query answers, typed or not, over Prefer: wait and over the stream", asy
 });
 
 test("abort withdraws the job: a pending job nobody else asked for is cancelled", async () => {
-  // probe.bounded runs 2 at once fleet-wide: two long ones hold both slots, so a third waits.
-  const nonce = `abort-${Date.now()}`;
-  const client = probe({ preferWaitSeconds: 0 });
-  const holders = [1, 2].map((i) => client.query("bounded", { ms: 4000, nonce: `${nonce}-${i}` }));
-  await sleep(500);
-  const ctrl = new AbortController();
-  let queued;
-  const aborted = client.query(
-    "bounded",
-    { ms: 10, nonce },
-    { signal: ctrl.signal, onEvent: (name, data) => name === "queued" && (queued = data) },
-  );
-  await until(() => queued, 10_000, "no queued event");
-  ctrl.abort();
-  await assert.rejects(aborted, { name: "AbortError" });
-  const answer = await pollAnswer(queued.jobId);
-  assert.equal(answer.status, "cancelled", JSON.stringify(answer));
-  await Promise.all(holders);
+  // The probe queue is paused (as an operator would), so the job stays pending: no slot
+  // timing decides whether the abort finds it pending.
+  await paused("surface-probe", async () => {
+    const ctrl = new AbortController();
+    let queued;
+    const aborted = probe({ preferWaitSeconds: 0 }).query(
+      "echo",
+      { value: `abort-${Date.now()}` },
+      { signal: ctrl.signal, onEvent: (name, data) => name === "queued" && (queued = data) },
+    );
+    await until(() => queued, 10_000, "no queued event");
+    ctrl.abort();
+    await assert.rejects(aborted, { name: "AbortError" });
+    const answer = await pollAnswer(queued.jobId);
+    assert.equal(answer.status, "cancelled", JSON.stringify(answer));
+  });
 });
 
 test("abort while the POST is in flight still withdraws the job it queued", async () => {
-  const nonce = `abort-post-${Date.now()}`;
-  const client = probe({ preferWaitSeconds: 0 });
-  const holders = [1, 2].map((i) => client.query("bounded", { ms: 4000, nonce: `${nonce}-${i}` }));
-  await sleep(1000); // both claimed: the next one waits for a slot
   const seen = [];
   const recording = (url, init) => {
     seen.push(`${init?.method || "GET"} ${new URL(url).pathname}`);
     return fetch(url, init).then((r) => (seen.push(`-> ${r.status}`), r));
   };
-  const ctrl = new AbortController();
-  const query = probe({ fetch: recording, preferWaitSeconds: 2 }).query(
-    "bounded",
-    { ms: 10, nonce },
-    { signal: ctrl.signal },
-  );
-  await sleep(300); // the POST is held (Prefer: wait=2): the abort comes before its answer
-  ctrl.abort();
-  await assert.rejects(query, { name: "AbortError" });
-  const deletes = seen.filter((line) => line.startsWith("DELETE "));
-  assert.equal(deletes.length, 1, seen.join("\n"));
-  const jobId = deletes[0].split("/").pop();
-  assert.equal((await pollAnswer(jobId)).status, "cancelled");
-  await Promise.all(holders);
+  await paused("surface-probe", async () => {
+    const ctrl = new AbortController();
+    const query = probe({ fetch: recording, preferWaitSeconds: 2 }).query(
+      "echo",
+      { value: `abort-post-${Date.now()}` },
+      { signal: ctrl.signal },
+    );
+    await sleep(300); // the POST is held (Prefer: wait=2): the abort comes before its answer
+    ctrl.abort();
+    await assert.rejects(query, { name: "AbortError" });
+    const deletes = seen.filter((line) => line.startsWith("DELETE "));
+    assert.equal(deletes.length, 1, seen.join("\n"));
+    const jobId = deletes[0].split("/").pop();
+    assert.equal((await pollAnswer(jobId)).status, "cancelled");
+  });
 });
 
 test("a 429 with Retry-After is retried within the budget, each retry seen by onRetry", async () => {
@@ -184,6 +185,104 @@ test("onProgress gets each progress event in order, then the answer", async () =
   assert.equal(new Set(seqs).size, seqs.length, "a progress event twice");
   assert.equal(progress.at(-1).total, 4);
 });
+
+test("a stream cut mid-job reconnects with Last-Event-ID: no progress event twice", async () => {
+  // A proxy of the test's own between the client and the BFF ends the first stream's
+  // connection right after its first progress event; EventSource reconnects through it.
+  const proxy = await cuttingProxy(new URL(base));
+  try {
+    const progress = [];
+    const answer = await createDataClient({
+      baseUrl: `${proxy.url}/api/probe`,
+      getToken: () => token,
+      EventSource,
+      preferWaitSeconds: 0,
+    }).query(
+      "progress",
+      { steps: 4, ms: 500, nonce: `cut-${Date.now()}` },
+      { onProgress: (p) => progress.push(p) },
+    );
+    assert.deepEqual(answer, { steps: 4 });
+    assert.ok(proxy.streams.length >= 2, `no reconnect: ${JSON.stringify(proxy.streams)}`);
+    assert.equal(proxy.streams[0].lastEventId, undefined);
+    assert.ok(proxy.cutAfterId, "the proxy never saw an event id to cut after");
+    assert.equal(proxy.streams[1].lastEventId, proxy.cutAfterId, JSON.stringify(proxy.streams));
+    const seqs = progress.map((p) => p.seq);
+    assert.equal(new Set(seqs).size, seqs.length, `a progress event twice: ${seqs}`);
+  } finally {
+    await proxy.close();
+  }
+});
+
+function cuttingProxy(upstream) {
+  // HTTP/1.1 forwarding to the BFF; the first event-stream response is destroyed after
+  // its first progress event (progress carries no id: the last id before it is the one a
+  // reconnect must send), as a dropped connection would end it.
+  const streams = [];
+  const state = { streams, cutAfterId: undefined };
+  const server = createHttpServer((req, res) => {
+    const isStream = (req.headers.accept || "").includes("text/event-stream");
+    if (isStream) streams.push({ url: req.url, lastEventId: req.headers["last-event-id"] });
+    const cut = isStream && streams.length === 1;
+    const up = httpRequest(
+      { host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers },
+      (ur) => {
+        res.writeHead(ur.statusCode, ur.headers);
+        if (!cut) return ur.pipe(res);
+        let text = "";
+        ur.on("data", (chunk) => {
+          res.write(chunk);
+          text += chunk;
+          if (/^event: progress$/m.test(text)) {
+            const ids = [...text.matchAll(/^id: (\S+)$/gm)];
+            state.cutAfterId = ids.at(-1)?.[1];
+            ur.destroy();
+            res.destroy();
+          }
+        });
+      },
+    );
+    up.on("error", () => res.destroy());
+    req.pipe(up);
+  });
+  return new Promise((resolve) => {
+    server.listen(0, "127.0.0.1", () => {
+      state.url = `http://127.0.0.1:${server.address().port}`;
+      state.close = () =>
+        new Promise((done) => {
+          server.closeAllConnections();
+          server.close(done);
+        });
+      resolve(state);
+    });
+  });
+}
+
+async function paused(queueType, body) {
+  // `dataplane queue pause|resume` against the dev stack's queue DB: claims skip the type.
+  await operator("pause", queueType);
+  try {
+    await body();
+  } finally {
+    await operator("resume", queueType);
+  }
+}
+
+function operator(action, queueType) {
+  const cli = spawn(process.env.DATAPLANE_BIN || "dataplane", ["queue", action, queueType], {
+    env: { ...process.env, MAESTRO_QUEUES_URL: queueDsn },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  cli.stdout.on("data", (chunk) => (out += chunk));
+  cli.stderr.on("data", (chunk) => (out += chunk));
+  const exited = new Promise((resolve, reject) => {
+    cli.on("exit", (code) =>
+      code === 0 ? resolve() : reject(new Error(`dataplane queue ${action} exited ${code}: ${out}`)),
+    );
+  });
+  return withTimeout(exited, 30_000, () => `dataplane queue ${action} hung: ${out}`);
+}
 
 async function pollAnswer(jobId) {
   // The job's row, by the bearer: 200 once it is finished (cancelled included).
