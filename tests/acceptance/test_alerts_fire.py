@@ -32,6 +32,7 @@ no worker at all (last)    every worker killed: nobody samples the queue
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import signal
@@ -50,12 +51,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient, done_channel
 from tests.conftest import admin_execute, wait_until
+from tests.console import TRACE_URL, console_env, viewer_token
 from tests.helpers import (
     JWT_SECRET,
     NOTIFY_SECRET,
     BffProcess,
     WorkerProcess,
     bearer,
+    envelope,
     read_sse,
     submit,
     token,
@@ -69,6 +72,15 @@ FOR_OF = {"DataplaneQueueNotSampled": "10s"}
 WITHIN = 90.0  # seconds an alert may take from its incident to the webhook
 STACK_SECONDS = 240  # the incidents and the alerts, all told
 RUNBOOK_BASE = "https://runbooks.example.test/dataplane"
+# The console page each alert about slow or waiting jobs links (the slowest done job of
+# the last hour, of the alert's type where it has one), under the console_base label.
+TRACE_URLS = {
+    "DataplaneBacklogAge": "/jobs/slowest?since=1h&type=surface-probe-dev",
+    "DataplaneStreamTimeouts": "/jobs/slowest?since=1h&type=surface-probe",
+    "DataplaneLatencyBurnFast": "/jobs/slowest?since=1h",
+    "DataplaneLatencyBurnSlow": "/jobs/slowest?since=1h",
+}
+BACKLOG_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"  # the backlog jobs' trace
 CAPCOM_TOKEN = "capcom-test-token-0123456789abcdef"
 DEADLINE = 3  # the BFF's DATAPLANE_SSE_DEADLINE_SECONDS
 SLOW_MS = 2600  # answered within the deadline, after the SLO's 2.5 s
@@ -306,7 +318,7 @@ async def test_every_alert_reaches_the_webhook(
 ) -> None:
     rule_paths, rules = fast_rules(tmp_path)
     webhook = Webhook()
-    ports = {name: free_port() for name in ("bff", "capcom", *WORKERS)}
+    ports = {name: free_port() for name in ("bff", "capcom", "console", *WORKERS)}
     stack: dict[str, Any] = {}  # name -> BffProcess | WorkerProcess, as started
     started: dict[str, float] = {}
 
@@ -337,7 +349,10 @@ async def test_every_alert_reaches_the_webhook(
                         tmp_path,
                         targets,
                         rule_files=rule_paths,
-                        external_labels={"runbook_base": RUNBOOK_BASE},
+                        external_labels={
+                            "runbook_base": RUNBOOK_BASE,
+                            "console_base": stack["console"].base,
+                        },
                         alertmanager=am,
                     ) as prom,
                     httpx.AsyncClient(
@@ -361,6 +376,7 @@ async def test_every_alert_reaches_the_webhook(
                         await _wait_for_alerts(prom, webhook, expected, started)
                     _print_table(webhook, expected, started, trio.current_time() - began)
                     _check_alerts(webhook, expected, started, rules)
+                    await _follow_trace_urls(http, webhook, expected, started, stack, queue)
             finally:
                 for proc in stack.values():
                     if isinstance(proc, WorkerProcess) and proc.proc.poll() is None:
@@ -407,7 +423,13 @@ async def _start_stack(
         port=ports["bff"],
         args=("-k", "trio"),
     )
-    stack.update(capcom=capcom, bff=bff)
+    console = BffProcess(  # the console the alerts' trace_url leads to
+        console_env(queue_dsn),
+        str(tmp_path / "console.log"),
+        port=ports["console"],
+        command=("-m", "dataplane", "console"),
+    )
+    stack.update(capcom=capcom, bff=bff, console=console)
     common = {"DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET, "DATAPLANE_CONCURRENCY": "64"}
     stack["leader"] = WorkerProcess(
         worker_env(
@@ -437,8 +459,8 @@ async def _start_stack(
     )
     for name in ("probe", "backlog"):
         await stack[name].wait_ready()
-    await bff.wait_ready()
-    await capcom.wait_ready()
+    for proc in (bff, capcom, console):
+        await proc.wait_ready()
 
 
 async def _incidents(
@@ -490,7 +512,11 @@ async def _incidents(
     admin_execute(queue_dsn, FAILING_ENQUEUE)
     for n in range(3):
         await submit(queue, "probe", "fail", {"times": 5, "nonce": str(n)}, max_dequeues=1)
-    backlog = [await submit(queue, "probe", "echo", {"value": n}, suffix="-dev") for n in range(3)]
+    backlog = []
+    for n in range(3):  # in one trace, as a BFF with tracing on would have enqueued them
+        env = envelope("probe", "echo", {"value": n})
+        env = dataclasses.replace(env, traceparent=f"00-{BACKLOG_TRACE}-b7ad6b716920333{n}-01")
+        backlog.append(await queue.enqueue("surface-probe-dev", env.dedupe_key, env.to_json()))
     await submit(queue, "ghost", "echo", {})
     for n in range(3):
         outsider.execute("SELECT pg_notify(%s, %s)", (done_channel("surface-probe"), f"forged {n}"))
@@ -613,8 +639,45 @@ def _check_alerts(
         assert alert["annotations"]["summary"], alert
         runbook = alert["annotations"].get("runbook_url")
         if runbook != f"{RUNBOOK_BASE}/{name}.md":
-            wrong.append(f"{name}: {runbook!r}")
-    assert not wrong, "runbook_url is not <runbook_base>/<alert>.md: " + ", ".join(wrong)
+            wrong.append(f"{name}: runbook_url {runbook!r}")
+        trace = alert["annotations"].get("trace_url")
+        if trace != (
+            f"{alert['labels']['console_base']}{TRACE_URLS[name]}" if name in TRACE_URLS else None
+        ):
+            wrong.append(f"{name}: trace_url {trace!r}")
+    assert not wrong, "wrong annotations (runbook_url: <runbook_base>/<alert>.md): " + ", ".join(
+        wrong
+    )
+
+
+async def _follow_trace_urls(
+    http: httpx.AsyncClient,
+    webhook: Webhook,
+    expected: dict[str, Expected],
+    started: dict[str, float],
+    stack: dict[str, Any],
+    queue: QueueClient,
+) -> None:
+    """Each trace_url, opened by a console viewer, redirects to the page of a done job
+    of the alert's type; the slowest of the hour is a backlog job, whose page links
+    its trace."""
+    headers = {**bearer(viewer_token()), "Accept": "text/html"}
+    for name in TRACE_URLS:
+        found = _arrival(webhook, name, expected[name], started)
+        assert found is not None
+        url = found[1]["annotations"]["trace_url"]
+        resp = await http.get(url, headers=headers)
+        assert resp.status_code == 303, (name, url, resp.status_code, resp.text)
+        job_id = resp.headers["Location"].removeprefix("/jobs/")
+        row = await queue.get(job_id)
+        assert row is not None and row.status == "done", (name, url, row)
+        want = expected[name].labels.get("messaging_destination_name")
+        assert want is None or row.type == want, (name, url, row.type)
+        if name != "DataplaneStreamTimeouts":  # the backlog's jobs waited longest
+            assert row.type == "surface-probe-dev", (name, url, row.type)
+            page = await http.get(stack["console"].base + resp.headers["Location"], headers=headers)
+            link = 'href="' + TRACE_URL.format(trace_id=BACKLOG_TRACE) + '"'
+            assert page.status_code == 200 and link in page.text, (name, url, page.text[:2000])
 
 
 def _print_table(
