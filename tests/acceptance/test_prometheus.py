@@ -11,12 +11,8 @@ fail saying what to install (``.ci/run`` installs the package).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +25,20 @@ from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
 from tests.helpers import JWT_SECRET, BffProcess, WorkerProcess, bearer, read_sse, submit, token
+from tests.prom import (
+    ALERTS,
+    ROOT,
+    SCRAPE_SECONDS,
+    Prometheus,
+    prometheus,
+    promtool,
+    promtool_check,
+    worker_env,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
-ALERTS = ROOT / "dashboards" / "alerts.yaml"
-INSTALL = "apt-get update && apt-get install -y prometheus"
-SCRAPE_SECONDS = 1
 # Grafana's variables, as a 1 s scrape interval makes them.
 GRAFANA_VARIABLES = {"$__rate_interval": "30s", "$__range": "5m", "$__interval": "1s"}
-
-
-def binary(name: str) -> str:
-    path = shutil.which(name) or (
-        f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None
-    )
-    if path is None:
-        pytest.fail(f"{name} is missing: `{INSTALL}`")
-    return path
 
 
 def promql_of_dashboards() -> list[tuple[str, str]]:
@@ -75,109 +68,6 @@ def metric_names(expr: str, labels: set[str]) -> set[str]:
     return set(re.findall(r"\b(?:dataplane|messaging|http|db)_[a-z_]+\b", expr)) - labels
 
 
-async def promtool(*args: str, stdin: bytes = b"") -> tuple[int, str]:
-    """Run ``promtool``; (exit status, what it printed)."""
-    with trio.fail_after(30):
-        done = await trio.run_process(
-            [binary("promtool"), *args],
-            stdin=stdin,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    return done.returncode, (done.stdout + done.stderr).decode().strip()
-
-
-async def promtool_check(text: str, where: str) -> None:
-    """``promtool check metrics`` on one scrape: clean, not a single lint."""
-    status, lint = await promtool("check", "metrics", stdin=text.encode())
-    assert status == 0 and not lint, f"promtool check metrics on {where}:\n{lint}"
-
-
-class Prometheus:
-    def __init__(self, base: str, http: httpx.AsyncClient) -> None:
-        self.base = base
-        self.http = http
-
-    async def query(self, expr: str) -> list[dict[str, Any]]:
-        resp = await self.http.get(f"{self.base}/api/v1/query", params={"query": expr})
-        body = resp.json()
-        assert resp.status_code == 200 and body["status"] == "success", (expr, body)
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    async def value(self, expr: str) -> float | None:
-        result = await self.query(expr)
-        return float(result[0]["value"][1]) if result else None
-
-    async def wait_for(self, expr: str, within: float = 30.0) -> list[dict[str, Any]]:
-        """Wait until ``expr`` has data (e.g. ``up == 1``, ``metric > 0``)."""
-        found: list[dict[str, Any]] = []
-
-        async def has_data() -> bool:
-            found[:] = await self.query(expr)
-            return bool(found)
-
-        await wait_until(has_data, within=within, interval=0.25)
-        return found
-
-
-@asynccontextmanager
-async def prometheus(tmp_path: Path, targets: Mapping[str, list[str]]) -> AsyncIterator[Prometheus]:
-    """A Prometheus scraping ``targets`` (job -> host:port list) every second, with the
-    alert rules loaded; killed on exit."""
-    port = free_port()
-    config = {
-        "global": {
-            "scrape_interval": f"{SCRAPE_SECONDS}s",
-            "scrape_timeout": f"{SCRAPE_SECONDS}s",
-            "evaluation_interval": f"{SCRAPE_SECONDS}s",
-        },
-        "rule_files": [str(ALERTS)],
-        "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": hosts}]}
-            for job, hosts in targets.items()
-        ],
-    }
-    path = tmp_path / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    status, said = await promtool("check", "config", str(path))
-    assert status == 0, said
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: ASYNC230 - closed below
-    proc = await trio.lowlevel.open_process(
-        [
-            binary("prometheus"),
-            f"--config.file={path}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(timeout=10) as http:
-
-            async def ready() -> bool:
-                assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
-                try:
-                    return (await http.get(f"{base}/-/ready")).status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            await wait_until(ready, within=30, interval=0.1)
-            prom = Prometheus(base, http)
-            count = sum(len(hosts) for hosts in targets.values())
-            await prom.wait_for(f"count(up == 1) == {count}")
-            yield prom
-    finally:
-        proc.kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(10):
-            await proc.wait()
-        log.close()
-
-
 async def scrape_and_check(http: httpx.AsyncClient, urls: Mapping[str, str]) -> dict[str, str]:
     """Fetch every process's ``/metrics`` and lint it with promtool."""
     texts = {}
@@ -188,20 +78,6 @@ async def scrape_and_check(http: httpx.AsyncClient, urls: Mapping[str, str]) -> 
         await promtool_check(resp.text, f"{name} ({url})")
         texts[name] = resp.text
     return texts
-
-
-def worker_env(queue_dsn: str, metrics_port: int, **extra: str) -> dict[str, str]:
-    return {
-        "MAESTRO_QUEUES_URL": queue_dsn,
-        "SURFACE_QUEUE_TYPE": "surface-probe",
-        "DATAPLANE_PROBE": "1",
-        "DATAPLANE_METRICS": "1",
-        "DATAPLANE_METRICS_PORT": str(metrics_port),
-        "DATAPLANE_QUEUE_SAMPLE_SECONDS": "0.5",
-        "DATAPLANE_FAIL_BACKOFF_SECONDS": "0.2",
-        "DATAPLANE_IDLE_MS": "200",  # a retry after the back-off is claimed at once
-        **extra,
-    }
 
 
 # -- the lazy-series bug -------------------------------------------------------------
