@@ -35,6 +35,9 @@ class BffConfig:
     # unset, it is served to anyone who reaches the BFF's port (keep it off the internet).
     metrics_token: str | None = setting("DATAPLANE_METRICS_TOKEN", None)
     invalidate_token: str | None = setting("DATAPLANE_INVALIDATE_TOKEN", None)
+    # /readyz answers 503 until every served surface's queue type has had a running
+    # worker (its on-call lock held or waited for), once per plane: compose's proxy.
+    ready_needs_workers: bool = setting("DATAPLANE_READY_NEEDS_WORKERS", False)
 
     def missing(self) -> list[str]:
         """What must still be set before the plane can serve (empty when nothing)."""

@@ -63,6 +63,8 @@ class BffServices:
     migrated: bool = False  # /readyz saw every migration of this release applied
     schema_checked_at: float = float("-inf")  # when /readyz last read the migrations
     schema_missing: list[str] = field(default_factory=list)  # what that read lacked
+    # DATAPLANE_READY_NEEDS_WORKERS: the queue types /readyz has seen a worker serve
+    workers_seen: set[str] = field(default_factory=set)
 
     def queue_type(self, surface: Surface) -> QueueType:
         return surface.queue_type(self.config.queue_suffix)

@@ -2,6 +2,8 @@
 
     GET /healthz        alive: 200, or 503 once the plane keeps failing (restart it)
     GET /readyz         ready: the plane serves, its pump listens, the queue DB answers
+                        (and, with DATAPLANE_READY_NEEDS_WORKERS=1, every surface has
+                        had a worker)
     GET /metrics        Prometheus text (DATAPLANE_METRICS=1; DATAPLANE_METRICS_TOKEN)
     GET /openapi.json   the OpenAPI document of every installed surface
     GET /  /static/<name>   the demo page and its files (DATAPLANE_PROBE=1 for ``/``)
@@ -21,8 +23,10 @@ import trio
 from quart import Blueprint, Response
 
 from dataplane.bff.openapi import openapi_document
+from dataplane.bff.plane import BffServices
 from dataplane.bff.routes import state
 from dataplane.core.errors import DatabaseError
+from dataplane.db.lock import workers_at
 from dataplane.http import ApiError, json_response, prometheus_response, require_bearer
 from dataplane.queue.migrations import pending
 from telemetry.otel import prometheus_text
@@ -91,13 +95,32 @@ async def readyz() -> Response:
                 why = f"the queue database lacks {len(missing)} migration(s) from "
                 why += f"{missing[0] if missing else '-'}: run `dataplane migrate`"
             checks["migrated"] = current.migrated
+            if current.migrated and current.config.ready_needs_workers:
+                without = await types_without_worker(current)
+                checks["workers"] = not without
+                if without:
+                    why = f"no ready worker for {', '.join(without)}"
         except DatabaseError:
             checks["queueDb"] = False
     ok = all(checks.values()) and current is not None
     body: dict[str, Any] = {"status": "ready" if ok else "not ready", "checks": checks}
-    if current is None or checks.get("migrated") is False:
+    if current is None or False in (checks.get("migrated"), checks.get("workers")):
         body["reason"] = why
     return json_response(body, 200 if ok else 503)
+
+
+async def types_without_worker(current: BffServices) -> list[str]:
+    """The served queue types no worker has served yet (``DATAPLANE_READY_NEEDS_WORKERS``),
+    sorted. A type once seen stays seen for this plane: a worker that is full lets its
+    on-call lock go, and a busy fleet must not take the BFFs out of the proxy's rotation.
+    So this gates the start (compose's proxy answering before the workers serve), not a
+    fleet that loses its workers later (alert DataplaneNoReadyWorker)."""
+    types = {current.queue_type(s) for s in current.surfaces.values()}
+    wanted = {t.oncall_key: t.name for t in types if t.name not in current.workers_seen}
+    if wanted:
+        held = await workers_at(current.db, sorted(wanted), call_timeout=READY_TIMEOUT)
+        current.workers_seen.update(wanted[key] for key in held)
+    return sorted(name for name in wanted.values() if name not in current.workers_seen)
 
 
 @site.get("/")

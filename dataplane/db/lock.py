@@ -173,3 +173,11 @@ async def outsider_holding(db: Database, key: str) -> str | None:
     One statement on ``db``'s pool."""
     row = await db.fetchone(q("session_lock_outsider"), {"key": key})
     return None if row is None else str(row["outsider"])
+
+
+async def workers_at(db: Database, keys: list[str], call_timeout: float | None = None) -> set[str]:
+    """Of the locks named ``keys``, those a session of a member of ``dataplane_worker``
+    holds or waits for (any session's, on a database without ``sql/roles.sql``). One
+    statement on ``db``'s pool, reading ``pg_locks``."""
+    rows = await db.fetchall(q("session_lock_workers"), {"keys": keys}, call_timeout=call_timeout)
+    return {str(row["key"]) for row in rows}

@@ -130,6 +130,12 @@ class QueueType:
         return self.name.replace("-", "_") + "_progress"
 
     @property
+    def oncall_key(self) -> str:
+        """The name of the session lock the type's workers take turns holding (on call:
+        dataplane/worker/claims/oncall.py); a worker that claims holds or waits for it."""
+        return f"oncall:{self.name}"
+
+    @property
     def cancel_channel(self) -> str:
         """``surface-x`` -> ``surface_x_cancel``: an operator cancelled a running job of
         this type (payload: its id); shorter than the wake channel's name, so it fits."""

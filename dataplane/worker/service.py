@@ -135,7 +135,7 @@ class Worker:
             [config.parsed_type.wake_channel, INVALIDATE_CHANNEL, self.cancel_channel],
         )
         self.cancels = CancelWatch(queue, self.held)
-        oncall_key = f"oncall:{config.queue_type}"
+        oncall_key = config.parsed_type.oncall_key
         self.oncall = OnCall(
             SessionLock(queue.db.config, oncall_key, loop=queue.db.loop),
             free_slots=lambda: self.held.free_slots(config.concurrency),

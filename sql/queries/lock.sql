@@ -34,3 +34,25 @@ WHERE l.locktype = 'advisory'
       ELSE false
   END
 LIMIT 1;
+
+-- name: session_lock_workers
+-- Of the locks named in `keys`, those a session of a member of dataplane_worker holds
+-- or waits for (any session, without sql/roles.sql: a test database). pg_locks and
+-- pg_stat_activity's pid and usesysid are readable by every role.
+SELECT k.key
+FROM unnest(%(keys)s::text[]) AS k(key)
+WHERE EXISTS (
+    SELECT 1
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = hashtext('dataplane.session_lock')::oid
+      AND l.objid = hashtext(k.key)::oid
+      AND l.objsubid = 2
+      AND CASE
+          WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dataplane_worker')
+              THEN pg_has_role(a.usesysid, 'dataplane_worker', 'MEMBER')
+          ELSE true
+      END
+);
