@@ -10,8 +10,10 @@ a fresh copy of it, dropped afterwards.
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +88,29 @@ def admin_execute(admin_dsn: str, *statements: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         for stmt in statements:
             conn.execute(stmt)  # type: ignore[call-overload]
+
+
+@contextmanager
+def connect_only_role(queue_dsn: str, pg_admin_dsn: str) -> Iterator[str]:
+    """The DSN of a LOGIN role with no grant but CONNECT on the queue DB: what any role
+    that may log in can do (NOTIFY, LISTEN, advisory locks), and nothing more."""
+    name = f"outsider_{secrets.token_hex(4)}"
+    password = secrets.token_urlsafe(16)
+    database = conninfo_to_dict(queue_dsn)["dbname"]
+    admin_execute(
+        pg_admin_dsn,
+        f"CREATE ROLE {name} LOGIN PASSWORD '{password}'",
+        f'GRANT CONNECT ON DATABASE "{database}" TO {name}',
+    )
+    try:
+        yield make_conninfo(queue_dsn, user=name, password=password)
+    finally:
+        admin_execute(
+            pg_admin_dsn,
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'",
+            f'REVOKE CONNECT ON DATABASE "{database}" FROM {name}',
+            f"DROP ROLE {name}",
+        )
 
 
 @pytest.fixture(scope="session")

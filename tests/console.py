@@ -5,7 +5,6 @@ synchronous: httpx's and Playwright's sync clients, psycopg's sync connections).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -150,18 +149,7 @@ def _admin(admin_dsn: str, statement: str) -> None:
 
 
 def wait_ready(proc: BffProcess, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    with httpx.Client(base_url=proc.base, timeout=2) as client:
-        while time.monotonic() < deadline:
-            if proc.proc.poll() is not None:
-                raise AssertionError(f"console exited early:\n{proc.output()}")
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-    raise AssertionError(f"console not ready within {within}s:\n{proc.output()}")
+    proc.wait_ready_blocking(within)
 
 
 def console_env(dsn: str) -> dict[str, str]:

@@ -254,21 +254,21 @@ class BffProcess:
                     await trio.sleep(0.1)
 
     def wait_ready_blocking(self, within: float = 30.0) -> None:
-        """wait_ready for synchronous tests (it blocks the thread)."""
+        """wait_ready for synchronous tests (it blocks the thread): /readyz answers 200."""
         import httpx
 
         deadline = time.monotonic() + within
         with httpx.Client(base_url=self.base, timeout=2) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise AssertionError(f"BFF exited early:\n{self.output()}")
+                    raise AssertionError(f"{self.base} exited early:\n{self.output()}")
                 try:
                     if client.get("/readyz").status_code == 200:
                         return
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.1)
-        raise AssertionError(f"BFF not ready within {within}s:\n{self.output()}")
+        raise AssertionError(f"{self.base} not ready within {within}s:\n{self.output()}")
 
     def kill(self) -> None:
         """SIGKILL the serving process and Hypercorn's parent at once (a crash)."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import secrets
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import free_port
 from dataplane.queue import QueueClient, done_channel
-from tests.conftest import admin_execute, wait_until
+from tests.conftest import admin_execute, connect_only_role, wait_until
 from tests.console import TRACE_URL, console_env, viewer_token
 from tests.helpers import (
     JWT_SECRET,
@@ -225,23 +224,8 @@ class Cuttable:
 def second_role(queue_dsn: str, pg_admin_dsn: str) -> Iterator[str]:
     """The DSN of a LOGIN role that may connect to the queue DB, nothing more: it may
     NOTIFY and take advisory locks all the same."""
-    name = f"outsider_{secrets.token_hex(4)}"
-    password = secrets.token_urlsafe(16)
-    database = conninfo_to_dict(queue_dsn)["dbname"]
-    admin_execute(
-        pg_admin_dsn,
-        f"CREATE ROLE {name} LOGIN PASSWORD '{password}'",
-        f'GRANT CONNECT ON DATABASE "{database}" TO {name}',
-    )
-    try:
-        yield make_conninfo(queue_dsn, user=name, password=password)
-    finally:
-        admin_execute(
-            pg_admin_dsn,
-            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'",
-            f'REVOKE CONNECT ON DATABASE "{database}" FROM {name}',
-            f"DROP ROLE {name}",
-        )
+    with connect_only_role(queue_dsn, pg_admin_dsn) as dsn:
+        yield dsn
 
 
 FAILING_ENQUEUE = f"""

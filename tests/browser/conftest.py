@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import psycopg
 import pytest
 
@@ -88,22 +86,6 @@ def _admin(admin_dsn: str, statement: str) -> None:
         conn.execute(statement)  # type: ignore[arg-type]
 
 
-def _wait_ready(bff: BffProcess, within: float = READY_WITHIN) -> None:
-    """BffProcess.wait_ready, synchronously: /readyz answers 200."""
-    deadline = time.monotonic() + within
-    with httpx.Client(base_url=bff.base, timeout=2) as client:
-        while time.monotonic() < deadline:
-            if bff.proc.poll() is not None:
-                raise AssertionError(f"BFF exited early:\n{bff.output()}")
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-    raise AssertionError(f"BFF not ready within {within}s:\n{bff.output()}")
-
-
 @pytest.fixture(scope="module")
 def stack(
     pg_admin_dsn: str,
@@ -149,7 +131,7 @@ def stack(
         for worker in workers:
             worker.wait_ready_blocking()
         for bff in bffs:
-            _wait_ready(bff)
+            bff.wait_ready_blocking(READY_WITHIN)
         yield Stack(bffs[0].base, bffs[1].base, queue_dsn, demo_db[0])
     finally:
         for proc in [*bffs, *workers]:

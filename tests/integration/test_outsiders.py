@@ -11,7 +11,6 @@ finds it held by a role not the plane's answers every notify, warns and counts i
 from __future__ import annotations
 
 import logging
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
 from dataplane.queue.migrations import migrate
-from tests.conftest import admin_execute, wait_until
+from tests.conftest import connect_only_role, wait_until
 from tests.helpers import WorkerProcess, complete, submit
 
 OLD_LOCKS = ("dataplane.maintenance", "dataplane.queue_sampler")
@@ -40,23 +39,8 @@ OLD_LOCKS = ("dataplane.maintenance", "dataplane.queue_sampler")
 @pytest.fixture
 def outsider(queue_dsn: str, pg_admin_dsn: str) -> Iterator[str]:
     """The DSN of a LOGIN role with no grant but CONNECT on the queue DB."""
-    name = f"outsider_{secrets.token_hex(4)}"
-    password = secrets.token_urlsafe(16)
-    database = conninfo_to_dict(queue_dsn)["dbname"]
-    admin_execute(
-        pg_admin_dsn,
-        f"CREATE ROLE {name} LOGIN PASSWORD '{password}'",
-        f'GRANT CONNECT ON DATABASE "{database}" TO {name}',
-    )
-    try:
-        yield make_conninfo(queue_dsn, user=name, password=password)
-    finally:
-        admin_execute(
-            pg_admin_dsn,
-            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'",
-            f'REVOKE CONNECT ON DATABASE "{database}" FROM {name}',
-            f"DROP ROLE {name}",
-        )
+    with connect_only_role(queue_dsn, pg_admin_dsn) as dsn:
+        yield dsn
 
 
 async def test_a_connect_only_role_cannot_stop_maintenance(
