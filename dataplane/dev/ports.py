@@ -37,12 +37,15 @@ HELP = (
 )
 
 
-def free_port() -> int:
-    """A port nobody listens on now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_port(avoid: frozenset[int] = frozenset()) -> int:
+    """A port nobody listens on now (the kernel's pick), none of ``avoid``: the ports
+    given to processes that have not bound them yet, which the kernel may pick again."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port: int = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,9 @@ class DevPorts:
 
     def worker(self, index: int) -> int:
         """The metrics port of the ``index``-th worker started (from 0)."""
-        return free_port() if self.base is None else self.base + WORKERS_OFFSET + index
+        if self.base is None:
+            return free_port(frozenset({self.bff, self.capcom, self.console, self.postgres}))
+        return self.base + WORKERS_OFFSET + index
 
 
 def taken(port: int) -> bool:
@@ -76,7 +81,9 @@ def dev_ports(*, port: int, base_port: int | None, workers: int, capcom: bool) -
     """The ports of one run, every pinned one checked free; refused with one line."""
     if base_port is None:
         wanted = {port: "the BFF"}
-        ports = DevPorts(bff=port, capcom=free_port(), console=free_port())
+        capcom_port = free_port(frozenset({port}))
+        console = free_port(frozenset({port, capcom_port}))
+        ports = DevPorts(bff=port, capcom=capcom_port, console=console)
     else:
         last = base_port + WORKERS_OFFSET + max(workers - 1, 0)
         if base_port < 1 or last > MAX_PORT:

@@ -50,7 +50,7 @@ from dataplane.db import (
 )
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.embedded import EmbeddedPostgres
-from dataplane.dev.ports import DevPorts, dev_ports
+from dataplane.dev.ports import DevPorts, dev_ports, free_port
 from dataplane.dev.reload import reload_on_change
 from dataplane.queue import open_queue_database
 from dataplane.queue.migrations import migrate
@@ -336,7 +336,10 @@ def run_dev(
         EmbeddedPostgres(dev_dir / "pg").stop("immediate")
         shutil.rmtree(dev_dir)
     dev_dir.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedPostgres(dev_dir / "pg", port=ports.postgres)
+    # A free port for Postgres, unless pinned: none of the ports the BFF, capcom and the
+    # console are given, which they bind only later.
+    pg_port = ports.postgres or free_port(frozenset({ports.bff, ports.capcom, ports.console}))
+    server = EmbeddedPostgres(dev_dir / "pg", port=pg_port)
     # Outside Trio (starting and stopping Postgres), each stop signal is a Ctrl-C;
     # inside it, _run_until_signal receives them.
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
