@@ -41,6 +41,9 @@ def _generated(tmp: Path) -> Path:
     dataplane = Path(sys.executable).with_name("dataplane")
     run = _run([str(dataplane), "openapi", "--out", str(openapi)], cwd=tmp)
     assert run.returncode == 0, run.stdout + run.stderr
+    # The build is an ES module outside the package: say so (Node < 20.19 does not guess).
+    (tmp / "dist").mkdir()
+    (tmp / "dist" / "package.json").write_text('{"type": "module"}\n')
     built = _run([_tsc(), "-p", "tsconfig.cli.json", "--outDir", str(tmp / "dist")])
     assert built.returncode == 0, built.stdout + built.stderr
     plane = tmp / "plane.ts"
