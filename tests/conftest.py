@@ -45,7 +45,7 @@ os.environ.setdefault("DATAPLANE_ALLOW_OWNER", "1")
 pytest_plugins = ["tests.real_plane", "dataplane.testing"]
 
 # --- Tiers -------------------------------------------------------------------------
-# `python -m pytest -m "not slow"` is the edit loop's tier; CI runs everything. A test's
+# `scripts/test -m "not slow"` is the edit loop's tier; CI runs everything. A test's
 # tier is its directory's, and nothing else: SLOW_DIRS are slow whole (real processes
 # at length, outages and kills, a real Chromium, a Patroni failover, podman); the rest
 # (unit, integration, smoke: a few quick tests of a real BFF and worker, one per

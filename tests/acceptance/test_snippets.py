@@ -18,7 +18,6 @@ The output must hold each block's ``expect:`` strings.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import sysconfig
@@ -28,73 +27,9 @@ from pathlib import Path
 import pytest
 
 from dataplane.dev.embedded import free_port
-from tests.snippets import Snippet, documents, snippets
+from tests.snippets import Snippet, documents, script_of, snippets
 
 DEV_START_SECONDS = 240
-
-PRELUDE = """\
-set -euo pipefail
-dev_pid=
-dev_stop() {
-  if [ -n "$dev_pid" ]; then
-    kill -TERM -- "-$dev_pid" 2>/dev/null || true
-    for _ in $(seq 300); do kill -0 "$dev_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$dev_pid" 2>/dev/null || true
-    dev_pid=
-  fi
-}
-trap dev_stop EXIT
-dev_start() {  # dataplane dev "$@" in the background until its banner is out
-  dev_stop
-  log=$(mktemp -p "$PWD" dev-XXXX.log)
-  setsid dataplane dev "$@" --port "$PORT" --dir "$PWD/.dataplane-$RANDOM" >"$log" 2>&1 &
-  dev_pid=$!
-  for _ in $(seq $((DEV_START_SECONDS * 10))); do
-    if grep -q 'Ctrl-C stops everything' "$log"; then
-      TOKEN=$(sed -n 's/^ *Dev token: *//p' "$log")
-      export TOKEN
-      return 0
-    fi
-    kill -0 "$dev_pid" 2>/dev/null || { cat "$log" >&2; echo "dataplane dev exited" >&2; exit 1; }
-    sleep 0.1
-  done
-  cat "$log" >&2; echo "dataplane dev did not start" >&2; exit 1
-}
-"""
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Lines with their backslash continuations joined."""
-    out: list[str] = []
-    pending = ""
-    for line in text.splitlines():
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append(pending + line)
-        pending = ""
-    return out
-
-
-def script_of(blocks: list[Snippet]) -> str:
-    body: list[str] = []
-    started = False
-    for block in blocks:
-        body.append(f"echo '== {block.where}'")
-        for line in _logical_lines(block.text):
-            command = line.split("#", 1)[0].strip() if line.lstrip().startswith("#") else line
-            if re.match(r"^\s*TOKEN=", command):
-                continue
-            if re.match(r"^\s*dataplane dev(\s|$)", command):
-                args = command.split("#", 1)[0].strip()[len("dataplane dev") :]
-                body.append(f"dev_start{args}")
-                started = True
-                continue
-            if "$TOKEN" in command and not started:
-                body.append("dev_start")
-                started = True
-            body.append(re.sub(r"(localhost|127\.0\.0\.1):8000", r"\1:$PORT", command))
-    return PRELUDE + "\n".join(body) + "\n"
 
 
 def _venv(tmp: Path) -> Path:
