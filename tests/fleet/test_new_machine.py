@@ -3,7 +3,8 @@ suite's Debian packages: a fresh Debian bookworm (the debootstrap base the image
 built on) in a privileged podman container of the test's own, with git and curl.
 
 README's ``machine`` and ``run`` shell blocks (tests/snippets.py) run there in document
-order, as one bash script, from a fresh clone of this repository: the install line,
+order, as one bash script, in a fresh clone of this repository's HEAD (what is
+committed: a change not committed is not tested here): the install line,
 the tour against ``dataplane dev`` (a query, the stream, a surface of one's own and its
 test), the fast tier through ``scripts/test`` (which installs the Debian packages, the
 ha venv and node_modules first, and must stay green with the new surface installed),
