@@ -9,7 +9,6 @@ fires. Each incident is produced for real and every alert must reach the webhook
 its labels and its ``runbook_url``, within :data:`WITHIN` seconds of its incident (not
 before it); the failure names the alert that never came and what Prometheus said of it.
 The seconds from each incident to the webhook are printed (``pytest -s``) as a table.
-A paused type must not raise the alerts of a backlog (:data:`QUIET_WHEN_PAUSED`).
 
 The incidents, all started together at ``t0`` but the last two:
 
@@ -19,8 +18,6 @@ backlog, workers stopped   the ``surface-probe-dev`` worker SIGSTOPped, jobs enq
                            (SIGCONT once the alert came: the backlog drains)
 forged notifies            a read-only second role NOTIFYs garbage on a done channel
 no consumer                a job of ``surface-ghost``, a type no worker serves
-paused type                ``surface-held`` paused by an operator, jobs of it enqueued:
-                           DataplaneQueuePaused, and none of the backlog alerts
 outsider lock              a connect-only role holds ``surface-users``' on-call lock
 capcom down                capcom stopped while the probe worker reports jobs
 client DB errors           the users worker's path to its client DB cut (a TCP proxy of
@@ -51,8 +48,6 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import free_port
-from dataplane.operator.audit import Operator
-from dataplane.operator.pause import pause
 from dataplane.queue import QueueClient, done_channel
 from tests.conftest import admin_execute, connect_only_role, wait_until
 from tests.console import TRACE_URL, console_env, viewer_token
@@ -92,8 +87,6 @@ TIMEOUT_MS = 4500  # past the deadline
 TIMEOUTS = 40  # the rule wants more than one every 20 s over 10 minutes: 30
 WORKERS = ("leader", "probe", "backlog")
 BOOM = "boom-5xx"  # an enqueue whose payload holds this fails in the queue DB
-HELD = "surface-held"  # paused by an operator, with jobs waiting: a ticket, no page
-QUIET_WHEN_PAUSED = ("DataplaneBacklogAge", "DataplaneNoConsumer", "DataplaneNoReadyWorker")
 
 
 # -- the rules, with short `for:` ---------------------------------------------------------
@@ -290,7 +283,6 @@ def expectations(bff: str, leader: str) -> dict[str, Expected]:
         "DataplaneNoReadyWorker": Expected(
             "no consumer", {"messaging_destination_name": "surface-ghost"}
         ),
-        "DataplaneQueuePaused": Expected("paused type", {"messaging_destination_name": HELD}),
         "DataplaneAvailabilityBurnFast": Expected("5xx storm", {}),
         "DataplaneAvailabilityBurnSlow": Expected("5xx storm", {}),
         "DataplaneLatencyBurnFast": Expected("slow answers", {}),
@@ -368,7 +360,6 @@ async def test_every_alert_reaches_the_webhook(
                         await _wait_for_alerts(prom, webhook, expected, started)
                     _print_table(webhook, expected, started, trio.current_time() - began)
                     _check_alerts(webhook, expected, started, rules)
-                    _check_quiet_when_paused(webhook, started)
                     await _follow_trace_urls(http, webhook, expected, started, stack, queue)
             finally:
                 for proc in stack.values():
@@ -495,11 +486,10 @@ async def _incidents(
 
     # t0: every incident but the last two.
     for name in (
-        "poison", "backlog", "forged notifies", "no consumer", "paused type", "outsider lock",
-        "capcom down", "client DB errors", "5xx storm", "slow answers", "stream timeouts",
+        "poison", "backlog", "forged notifies", "no consumer", "outsider lock", "capcom down",
+        "client DB errors", "5xx storm", "slow answers", "stream timeouts",
     ):  # fmt: skip
         incident(name)
-    assert await pause(queue.db, Operator("ops@acme.example", "console"), HELD)
     stack["backlog"].signal(signal.SIGSTOP)
     stack["capcom"].stop()
     client_path.cut()
@@ -512,8 +502,6 @@ async def _incidents(
         env = dataclasses.replace(env, traceparent=f"00-{BACKLOG_TRACE}-b7ad6b716920333{n}-01")
         backlog.append(await queue.enqueue("surface-probe-dev", env.dedupe_key, env.to_json()))
     await submit(queue, "ghost", "echo", {})
-    for n in range(2):
-        await submit(queue, "held", "echo", {"value": n})
     for n in range(3):
         outsider.execute("SELECT pg_notify(%s, %s)", (done_channel("surface-probe"), f"forged {n}"))
     for n in range(20):
@@ -644,20 +632,6 @@ def _check_alerts(
     assert not wrong, "wrong annotations (runbook_url: <runbook_base>/<alert>.md): " + ", ".join(
         wrong
     )
-
-
-def _check_quiet_when_paused(webhook: Webhook, started: dict[str, float]) -> None:
-    """The paused type raised none of the alerts of a backlog: by the time every alert
-    came (the backlog one at 30 s and more), its jobs had waited as long as the
-    ghost's, which raised them all."""
-    loud = [
-        name
-        for name in QUIET_WHEN_PAUSED
-        if webhook.first(name, {"messaging_destination_name": HELD}, started["paused type"])
-    ]
-    assert not loud, f"{HELD} is paused, yet these alerts came: {loud}"
-    ghost = {"messaging_destination_name": "surface-ghost"}
-    assert webhook.first("DataplaneNoConsumer", ghost) is not None
 
 
 async def _follow_trace_urls(
