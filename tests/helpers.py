@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dataplane.core.errors import LeaseLost
@@ -177,9 +177,15 @@ class SseEvent(dict[str, Any]):
 
 
 async def read_sse(
-    client: Any, url: str, headers: Mapping[str, str] | None = None, *, stop_at_final: bool = True
+    client: Any,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    stop_at_final: bool = True,
+    on_event: Callable[[SseEvent], None] | None = None,
 ) -> tuple[int, Mapping[str, str], list[SseEvent]]:
-    """GET an event stream; return (status, headers, events) until done/error or close."""
+    """GET an event stream; return (status, headers, events) until done/error or close.
+    ``on_event`` is told of each event as it arrives."""
     events: list[SseEvent] = []
     async with client.stream("GET", url, headers=dict(headers or {})) as resp:
         if resp.status_code != 200:
@@ -190,6 +196,8 @@ async def read_sse(
             if line == "":
                 if current:
                     events.append(current)
+                    if on_event is not None:
+                        on_event(current)
                     if stop_at_final and current.name in ("done", "error"):
                         break
                 current = SseEvent()

@@ -24,6 +24,7 @@ from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.http import ApiError, note
 from dataplane.queue import JobRow
 from dataplane.queue.envelope import Auth
+from dataplane.queue.retries import error_line
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OUTCOME, QUEUE_TYPE, instruments
 
@@ -160,7 +161,7 @@ def answer(services: BffServices, row: JobRow, grant: StreamGrant | None) -> dic
             "status": 500,
             "code": "POISON",
             "message": f"the job failed {row.dequeue_count} time(s) and was parked: "
-            + (row.last_error or "unknown error").splitlines()[-1][:500],
+            + error_line(row.last_error),
         }
         out["coalesced"] = attached
         return out | _timings(row)

@@ -2,7 +2,9 @@
 
 Generated from the manifest, so the schemas the BFF validates with are the ones
 published. The POST body of each surface is a ``oneOf`` over its operations,
-each fixing ``operation`` with ``const``.
+each fixing ``operation`` with ``const``. The named schemas every surface shares (an
+error, a queued job, a live one with its progress and retry, an answer) are
+:mod:`dataplane.bff.openapi_schemas`'s; the paths are here.
 """
 
 from __future__ import annotations
@@ -10,22 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import __version__
+from dataplane.bff.openapi_schemas import COMPONENTS
 from dataplane.surfaces.manifest import Gate, Surface
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 SSE_EVENT = {
     "type": "object",
     "description": (
-        "One event: queued, any progress (no id: the kept one first on every connection), "
-        "then done, or error with code TIMEOUT, POISON or CANCELLED"
+        "One event: queued, any progress and retry (no id: the latest first on every "
+        "connection; a retry: an attempt failed and the job is tried again after its "
+        "backoff), then done, or error with code TIMEOUT, POISON or CANCELLED"
     ),
     "properties": {
-        "event": {"enum": ["queued", "progress", "done", "error"]},
+        "event": {"enum": ["queued", "progress", "retry", "done", "error"]},
         "data": {
             "type": "string",
             "description": (
                 "JSON: the job's status, its progress {jobId, attempt, seq, fraction?, "
-                "done?, total?, message?, partial?}, or its answer"
+                "done?, total?, message?, partial?}, a failed attempt it retries {jobId, "
+                "attempt, maxAttempts, error, retryAt, retryInMs}, or its answer"
             ),
         },
         "id": {"type": "string"},
@@ -230,7 +235,10 @@ def _job_path(sid: str, surface: Surface) -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref(answer_name(sid, surface))}},
                 },
                 "202": {
-                    "description": "Still live",
+                    "description": (
+                        "Still live: with its last progress, and the failed attempt it waits "
+                        "out before the next (retry), if any"
+                    ),
                     "content": {
                         "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
                     },
@@ -268,7 +276,7 @@ def _stream_path(sid: str) -> dict[str, Any]:
     path: dict[str, Any] = {
         "get": {
             "operationId": f"{sid}_stream",
-            "summary": "Server-Sent Events: queued, progress, then done or error",
+            "summary": "Server-Sent Events: queued, progress and retry, then done or error",
             "security": SECURITY,
             "parameters": [
                 *JOB_PARAMS,
@@ -326,73 +334,4 @@ FIXED_PATHS["/readyz"] = {
         "summary": "Readiness: queue DB reachable and migrated, LISTEN up",
         "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
     }
-}
-
-COMPONENTS: dict[str, Any] = {
-    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
-    "schemas": {
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["status", "code", "message"],
-                    "properties": {
-                        "status": {"type": "integer"},
-                        "code": {"type": "string"},
-                        "message": {"type": "string"},
-                    },
-                }
-            },
-        },
-        "Queued": {
-            "type": "object",
-            "required": ["jobId", "streamUrl", "pollUrl", "coalesced"],
-            "properties": {
-                "jobId": {"type": "string", "format": "uuid"},
-                "streamUrl": {"type": "string"},
-                "pollUrl": {"type": "string"},
-                "coalesced": {"type": "boolean"},
-            },
-        },
-        "Live": {
-            "type": "object",
-            "required": ["jobId", "status"],
-            "properties": {
-                "jobId": {"type": "string"},
-                "status": {"enum": ["pending", "in_progress", "cancelled"]},
-                "requesters": {"type": "integer"},
-            },
-        },
-        "Answer": {
-            "type": "object",
-            "required": ["jobId", "status"],
-            "properties": {
-                "jobId": {"type": "string"},
-                "status": {"enum": ["done", "poison", "cancelled"]},
-                "result": {},
-                "error": {"type": "object"},
-                "blobRef": {
-                    "type": "object",
-                    "properties": {
-                        "url": {"type": "string"},
-                        "contentType": {"type": "string"},
-                        "size": {"type": "integer"},
-                        "filename": {"type": "string"},
-                    },
-                },
-                "cache": {"enum": ["hit", "miss", "bypass"]},
-                "coalesced": {"type": "boolean"},
-                "timings": {
-                    "type": "object",
-                    "description": "queue wait and run time of the answering execution",
-                    "properties": {
-                        "queueMs": {"type": "number"},
-                        "runMs": {"type": "number"},
-                    },
-                },
-            },
-        },
-    },
 }

@@ -157,6 +157,7 @@ async def _serve_plane(
             channels,
             sweep_seconds=config.sweep_seconds,
             progress_channels=[t.progress_channel for t in types],
+            retry_channels=[t.retry_channel for t in types],
         )
         load = LiveLoad(queue, config.queue)
         enqueuer = Enqueuer(queue)

@@ -2,9 +2,11 @@
 
     POST /api/<surface>/q                  enqueue -> 202 {jobId, streamUrl, pollUrl, coalesced}
                                            (Prefer: wait=N -> 200 with the answer if in time)
-    GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, then done | error
+    GET  /api/<surface>/q/<jobId>/stream   Server-Sent Events: queued, progress and retry,
+                                           then done | error
     GET  /api/<surface>/q/<jobId>          poll: 200 with the answer, 202 while live (with
-                                           its last progress, if any)
+                                           its last progress and the failed attempt it
+                                           waits out, if any)
     GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
 
 The routes around the plane (health, readiness, metrics, the demo page, the OpenAPI
@@ -56,6 +58,7 @@ from dataplane.queue import EnqueueResult, JobRow
 from dataplane.queue.blobs import blob_chunks
 from dataplane.queue.envelope import Envelope
 from dataplane.queue.progress import Progress
+from dataplane.queue.retries import Retry
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
 from telemetry.tracing import (
@@ -212,6 +215,9 @@ async def poll(surface_id: str, job_id: str) -> Response:
         progress = Progress.from_value(row.progress)
         if progress is not None:  # the job's last progress, as its stream sent it
             body["progress"] = progress.event(str(row.id))
+        retry = Retry.from_row(row)
+        if retry is not None:  # a failed attempt it waits out, as its stream sent it
+            body["retry"] = retry.event(str(row.id))
         resp = json_response(body, 202)
         resp.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return resp

@@ -49,6 +49,7 @@ from dataplane.db import (
     with_params,
 )
 from dataplane.dev.children import Child, supervise
+from dataplane.dev.config import DevConfig
 from dataplane.dev.embedded import EmbeddedPostgres
 from dataplane.dev.ports import DevPorts, dev_ports, free_port
 from dataplane.dev.reload import reload_on_change
@@ -153,6 +154,7 @@ def _children(
     # exit, which Hypercorn's CLI parent would report as 0), keep-alive 75 s, and the
     # shutdown grace of DATAPLANE_SHUTDOWN_GRACE_SECONDS, within CHILD_STOP_GRACE.
     bff = {**common, "MAESTRO_QUEUES_URL": logins["bff"]}  # each its own role (sql/roles.sql)
+    dev = from_env(DevConfig)  # a failed attempt is tried again within seconds
     bind = f"127.0.0.1:{ports.bff}"
     children = [Child("bff", [py, "-m", "dataplane", "bff", "--bind", bind], bff)]
     workers = 0
@@ -164,6 +166,7 @@ def _children(
             # An answer that breaks its result schema fails loudly here, where it is
             # written (production checks nothing unless told: DATAPLANE_RESULT_CHECK).
             "DATAPLANE_RESULT_CHECK": "enforce",
+            **dev.worker_env(),
         }
         if surface.needs_client_db:
             if ro_dsn is None:

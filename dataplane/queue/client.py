@@ -3,7 +3,7 @@
 States::
 
     pending --claim--> in_progress --complete--> done
-                           |  \\--fail (budget left)--> pending (after backoff)
+                           |  \\--fail (budget left)--> pending (after backoff, + retry notify)
                            |   \\-fail (at cutoff)----> poison   (+ done notify)
                            |    \\release (shutdown)--> pending (claim not counted)
                            \\--lease lapses--> claimable again (the lease *is* the retry)
@@ -54,6 +54,7 @@ from dataplane.queue.records import (
     job_uuid,
     to_json,
 )
+from dataplane.queue.retries import retry_notice
 from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_tag
 from telemetry.tracing import context_from
@@ -278,13 +279,14 @@ class QueueClient(QueueReaders):
     async def fail(
         self, job: ClaimedJob, error: str, *, backoff_seconds: float | None = None
     ) -> str:
-        """An unexpected error: back to ``pending`` after the backoff, or ``poison`` at the
-        cutoff (with a done notify). Returns the new status; :class:`LeaseLost` if not held.
-        """
+        """An unexpected error: back to ``pending`` after the backoff (with a retry notify:
+        :mod:`dataplane.queue.retries`), or ``poison`` at the cutoff (with a done notify).
+        Returns the new status; :class:`LeaseLost` if not held."""
         backoff = check_non_negative(
             "backoff_seconds",
             self.config.fail_backoff_seconds if backoff_seconds is None else backoff_seconds,
         )
+        text = str(error)[:MAX_ERROR_TEXT]
         row = await self.db.fetchone(
             q("job_fail"),
             {
@@ -292,7 +294,8 @@ class QueueClient(QueueReaders):
                 "worker_id": job.worker_id,
                 "dequeue_count": job.dequeue_count,
                 "backoff_seconds": backoff,
-                "error": str(error)[:MAX_ERROR_TEXT],
+                "error": text,
+                **retry_notice(self.seal, job, text, backoff),  # waiting streams hear it
             },
         )
         if row is None:

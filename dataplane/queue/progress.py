@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from dataplane.db import Database, q
-from dataplane.queue.records import ClaimedJob, split_done_notify
+from dataplane.queue.records import ClaimedJob
 from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import progress_channel
 
@@ -161,9 +161,3 @@ async def read_progress(db: Database, ids: Sequence[uuid.UUID]) -> dict[uuid.UUI
     rows = await db.fetchall(q("job_progress_many"), {"ids": list(ids)})
     found = {row["id"]: Progress.from_value(row["progress"]) for row in rows}
     return {job_id: p for job_id, p in found.items() if p is not None}
-
-
-def split_progress_notify(payload: str) -> tuple[uuid.UUID, str | None]:
-    """The job id of a progress notify and its sealed note, if any (the done notify's
-    format: :func:`~dataplane.queue.records.split_done_notify`)."""
-    return split_done_notify(payload)

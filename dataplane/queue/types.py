@@ -1,13 +1,15 @@
 """The queue type: which surface a row is for, on which tier, and its channel names.
 
 A queue type is ``surface-<id>`` (live) or ``surface-<id>-dev`` (dev tier). Each
-has four notification channels: the *done* channel the BFF's reply pump listens
+has five notification channels: the *done* channel the BFF's reply pump listens
 on (``surface_<id>_done``, ``surface_<id>_dev_done``) and the *wake* channel an
 enqueue notifies so an idle worker claims at once (``<type>_enqueued``), the
 *progress* channel a running job's progress is heard on (``surface_<id>_progress``),
-and the *cancel* channel an operator's cancel of a running job tells its worker on
-(``surface_<id>_cancel``, payload the job id; a hint the worker checks against the
-row, never an order: any role that may connect may notify). The SQL
+the *retry* channel a failed attempt that will be tried again is heard on
+(``surface_<id>_retry``), and the *cancel* channel an operator's cancel of a running
+job tells its worker on (``surface_<id>_cancel``, payload the job id; a hint the
+worker checks against the row, never an order: any role that may connect may
+notify). The SQL
 side computes the same names with one function each, ``maestro_done_channel``
 and ``maestro_wake_channel`` (migrations 0001 and 0004); a test holds them equal.
 
@@ -130,6 +132,12 @@ class QueueType:
         return self.name.replace("-", "_") + "_progress"
 
     @property
+    def retry_channel(self) -> str:
+        """``surface-x`` -> ``surface_x_retry``: an attempt failed and the job waits out
+        its backoff (shorter than the wake channel's name, so it fits)."""
+        return self.name.replace("-", "_") + "_retry"
+
+    @property
     def oncall_key(self) -> str:
         """The name of the session lock the type's workers take turns holding (on call:
         dataplane/worker/claims/oncall.py); a worker that claims holds or waits for it."""
@@ -190,6 +198,10 @@ def wake_channel(queue_type: str | QueueType) -> str:
 
 def progress_channel(queue_type: str | QueueType) -> str:
     return QueueType.parse(queue_type).progress_channel
+
+
+def retry_channel(queue_type: str | QueueType) -> str:
+    return QueueType.parse(queue_type).retry_channel
 
 
 def cancel_channel(queue_type: str | QueueType) -> str:

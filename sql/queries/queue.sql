@@ -195,9 +195,19 @@ SELECT p.id FROM p CROSS JOIN LATERAL (SELECT pg_notify(%(channel)s, p.note)) AS
 SELECT id, progress FROM maestro_queues
 WHERE id = ANY(%(ids)s::uuid[]) AND status = 'in_progress' AND progress IS NOT NULL;
 
+-- name: job_retry_waits
+-- Which of several jobs wait out a failed attempt's backoff (the reply pump, for a retry
+-- notify that carried no sealed note: the row confirms it; Retry.of checks the rest).
+SELECT id, status, dequeue_count, max_dequeues, last_error, available_at
+FROM maestro_queues
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending' AND dequeue_count > 0
+  AND last_error IS NOT NULL;
+
 -- name: job_fail
 -- An unexpected error (fenced): back to pending after the backoff, or to poison
--- at the cutoff, in which case the done channel hears of it at once.
+-- at the cutoff, in which case the done channel hears of it at once. Back to pending,
+-- the type's retry channel hears of it (the job id, then the sealed retry note when
+-- the worker holds a notify secret: dataplane/queue/retries.py).
 WITH f AS (
     UPDATE maestro_queues q
     SET status = CASE WHEN q.dequeue_count >= q.max_dequeues THEN 'poison' ELSE 'pending' END,
@@ -216,7 +226,12 @@ SELECT f.id, f.status
 FROM f
 LEFT JOIN LATERAL (
     SELECT pg_notify(maestro_done_channel(f.type), f.id::text) WHERE f.status = 'poison'
-) AS n ON true;
+) AS n ON true
+LEFT JOIN LATERAL (
+    SELECT pg_notify(%(retry_channel)s, coalesce(f.id::text || ' ' || %(retry_note)s::text,
+                                                 f.id::text))
+    WHERE f.status = 'pending'
+) AS r ON true;
 
 -- name: job_release
 -- Hand held rows back (graceful shutdown): pending, claimable at once, and the

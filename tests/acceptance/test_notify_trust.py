@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import free_port
 from dataplane.queue import done_channel
+from dataplane.queue.retries import Retry
+from dataplane.queue.seal import NotifySeal
+from dataplane.queue.types import retry_channel
 from tests.acceptance.test_bff import poll_until_done, post
-from tests.conftest import admin_execute
-from tests.helpers import BffProcess, SseEvent, bearer, read_sse, token
+from tests.conftest import admin_execute, connect_only_role
+from tests.helpers import NOTIFY_SECRET, BffProcess, SseEvent, bearer, read_sse, token
 
 CHANNEL = done_channel("surface-probe")
 STAFF = token(staff=True, sub="boss")
@@ -152,3 +156,52 @@ async def test_malformed_notifies_leave_the_plane_serving(
         answer = await poll_until_done(http, again.json()["pollUrl"])
         assert answer["result"]["echo"] == "after"
     assert bff.proc.poll() is None
+
+
+async def test_a_forged_retry_notify_from_a_connect_only_role_is_no_event(
+    bff: BffProcess, queue_dsn: str, pg_admin_dsn: str, spawn_worker: Callable[..., Any]
+) -> None:
+    """A role that may only connect (no grant on any table: it learnt the job's id as a
+    leaked URL would give it) sends retry notifies for a pending job a stream waits on:
+    the id alone (the row says no attempt failed), a note that is not sealed, one sealed
+    with another secret, and one sealed with the plane's secret as a progress note (a
+    captured note moved to the retry channel). None is an event: after ``queued`` the
+    stream hears the worker's genuine retry, then the answer."""
+    await bff.wait_ready()
+    forged = Retry(1, 5, "Forged: no worker said so", datetime.now(UTC) + timedelta(minutes=5))
+    with (
+        connect_only_role(queue_dsn, pg_admin_dsn) as dsn,
+        psycopg.connect(dsn, autocommit=True) as outsider,
+    ):
+        async with httpx.AsyncClient(base_url=bff.base, timeout=30) as http:
+            job = (await post(http, "probe", "fail", {"times": 1, "nonce": "forged"}, STAFF)).json()
+            job_id = job["jobId"]
+            waiting = trio.Event()  # the stream's first event: its waiter is in the pump
+            events: list[SseEvent] = []
+
+            async def listen() -> None:
+                with trio.fail_after(30):
+                    _, _, got = await read_sse(
+                        http, job["streamUrl"], on_event=lambda _: waiting.set()
+                    )
+                events.extend(got)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listen)
+                await waiting.wait()
+                other = NotifySeal(["another secret, not the plane's, 40 chars"])
+                plane = NotifySeal([NOTIFY_SECRET])
+                for payload in (
+                    job_id,
+                    f"{job_id} {forged.note()}",
+                    f"{job_id} {other.seal(job_id, forged.note(), kind='retry')}",
+                    f"{job_id} {plane.seal(job_id, forged.note(), kind='progress')}",
+                ):
+                    outsider.execute(
+                        "SELECT pg_notify(%s, %s)", (retry_channel("surface-probe"), payload)
+                    )
+                await spawn_worker(DATAPLANE_FAIL_BACKOFF_SECONDS="1")
+    assert [e.name for e in events] == ["queued", "retry", "done"], events
+    assert events[1].json["error"] == "ProbeFailure: probe.fail: attempt 1 of 1"
+    assert events[-1].json["result"] == {"succeeded_on_attempt": 2}
+    assert "a retry note that does not open or parse" in bff.output()

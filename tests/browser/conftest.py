@@ -103,9 +103,10 @@ def stack(
         "DATAPLANE_PROBE": "1",
         "DATAPLANE_SWEEP_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
-        # A failing job is parked (POISON) after two quick attempts.
+        # A failing job is parked (POISON) after two attempts, 2 s apart (dataplane dev's
+        # backoff): long enough for a page to show the failed attempt while it waits.
         "DATAPLANE_MAX_DEQUEUES": "2",
-        "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
+        "DATAPLANE_FAIL_BACKOFF_SECONDS": "2",
         # Empty means unset: nothing from the caller's environment leaks in.
         "DATAPLANE_QUEUE_SUFFIX": "",
         "DATAPLANE_JWT_PUBLIC_KEY": "",

@@ -20,6 +20,7 @@ type Plane = {
     sleep: { params: { ms: number }; result: { slept_ms: number } };
     progress: { params: { steps: number; ms: number }; result: { steps: number } };
     reject: { params: { status: 400 | 403 | 404; message?: string }; result: never };
+    fail: { params: { times: number; nonce?: string }; result: { succeeded_on_attempt: number } };
   };
 };
 
@@ -62,6 +63,9 @@ function Shown({ view, q, text }: { view: string; q: QueryState<unknown>; text: 
         data-status={q.status}
         data-progress={progress ?? ""}
         data-message={q.progress?.message ?? ""}
+        data-retry={
+          q.jobRetry ? `${q.jobRetry.attempt} of ${q.jobRetry.maxAttempts}: ${q.jobRetry.error}` : ""
+        }
         data-error-class={q.error instanceof DataPlaneError ? "DataPlaneError" : ""}
         data-error-status={q.error?.status ?? ""}
         data-error-code={q.error?.code ?? ""}
@@ -92,6 +96,12 @@ function Sleep({ ms }: { ms: number }) {
 function Steps({ steps, ms }: { steps: number; ms: number }) {
   const q = useQuery("probe", "progress", { steps, ms });
   return <Shown view="progress" q={q} text={q.answer ? `${q.answer.steps} steps` : ""} />;
+}
+
+function Fail({ times, nonce }: { times: number; nonce: string }) {
+  const q = useQuery("probe", "fail", { times, nonce });
+  const text = q.answer ? `succeeded on attempt ${q.answer.succeeded_on_attempt}` : "";
+  return <Shown view="fail" q={q} text={text} />;
 }
 
 function Reject({ status, message }: { status: 400 | 403 | 404; message: string }) {
@@ -129,7 +139,7 @@ export function TypesOnly() {
   return null;
 }
 
-const VIEWS = { echo: Echo, sleep: Sleep, progress: Steps, reject: Reject } as const;
+const VIEWS = { echo: Echo, sleep: Sleep, progress: Steps, reject: Reject, fail: Fail } as const;
 const root = createRoot(document.getElementById("root")!);
 
 function show(view: keyof typeof VIEWS | null, props: Record<string, unknown> = {}): void {

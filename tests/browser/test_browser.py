@@ -342,6 +342,25 @@ def test_a_parked_job_is_a_typed_poison_error(page: Page, stack: Stack) -> None:
     )
 
 
+def test_a_failed_attempt_shows_in_its_panel_while_the_job_waits(page: Page, stack: Stack) -> None:
+    """The fail panel says which attempt failed, with what, and when the next try is due
+    while the job waits out its backoff (the stack's workers: 2 s, at most 2 attempts;
+    no notify secret: the BFF reads the row), then the answer of the attempt that
+    succeeded, the failed one still said."""
+    expect = _expect()
+    _open(page, stack.page_url())
+    page.get_by_test_id("fail-times").fill("1")
+    page.get_by_test_id("fail-start").click()
+    line = page.get_by_test_id("retry-fail")
+    failed = "attempt 1 of 2 failed: ProbeFailure: probe.fail: attempt 1 of 1"
+    expect(line).to_have_text(re.compile(rf"^{re.escape(failed)}; next try in [12] s$"))
+    assert 0 < int(line.get_attribute("data-retry-in-ms") or 0) <= 2000
+    expect(page.get_by_test_id("slot-fail")).to_have_attribute("data-state", "done")
+    expect(line).to_have_text(failed)  # the wait is over; what failed stays
+    expect(page.get_by_test_id("status-fail")).to_contain_text("attempt 1 failed → done")
+    assert _value(page, "table-fail-summary", "succeeded_on_attempt") == "2"
+
+
 ERROR_CASES = {
     # case: (status, code, part of the message, after enqueue?)
     "bad-token": ("401", "UNAUTHORIZED", "", False),

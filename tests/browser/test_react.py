@@ -281,6 +281,19 @@ def test_progress_shows_while_the_job_runs(harness: Page) -> None:
     }, log
 
 
+def test_a_failed_attempt_shows_while_the_job_waits_and_stays(harness: Page) -> None:
+    """``jobRetry``: the attempt the plane tries again (the stack's workers wait 2 s before
+    the next, of 2 at most), shown while the job waits and kept once it answered."""
+    expect = _expect()
+    _show(harness, "fail", times=1, nonce=f"react-{time.monotonic()}")
+    state = harness.get_by_test_id("state")
+    failed = "1 of 2: ProbeFailure: probe.fail: attempt 1 of 1"
+    expect(state).to_have_attribute("data-retry", failed)
+    expect(state).to_have_attribute("data-status", "success")
+    expect(state).to_have_text("succeeded on attempt 2")
+    expect(state).to_have_attribute("data-retry", failed)
+
+
 def test_an_error_answer_is_a_data_plane_error(harness: Page) -> None:
     expect = _expect()
     _show(harness, "reject", status=404, message="nothing here (404)")

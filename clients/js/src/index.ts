@@ -19,7 +19,8 @@
  * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
  * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
  * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`.
+ * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
+ * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
@@ -190,10 +191,25 @@ export interface Progress {
   partial?: unknown;
 }
 
+/** An attempt of the job failed; the plane tries it again at `retryAt`. */
+export interface JobRetry {
+  jobId: string;
+  /** The attempt that failed (1 for the first) and how many the job may have. */
+  attempt: number;
+  maxAttempts: number;
+  /** The error's class and message, e.g. "KeyError: 'oops'" (at most 500 characters). */
+  error: string;
+  /** When the next attempt is due (ISO 8601), and in how many ms as the server sent it. */
+  retryAt: string;
+  retryInMs: number;
+}
+
 export interface QueryEvents {
   queued: { jobId: string; status: string };
   /** The job's progress: the latest first on a (re)connect, then each newer one. */
   progress: Progress;
+  /** A failed attempt the job waits out before the next (first on a (re)connect). */
+  retry: JobRetry;
   /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
   error: { jobId: string; code: string; message: string; status?: number };
   /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */
@@ -215,8 +231,10 @@ export interface QueryOptions {
   onEvent?: (...event: QueryEvent) => void;
   /** The job's progress, newest last (a progress seen twice, after a reconnect, once). */
   onProgress?: (progress: Progress) => void;
-  /** Called before each retry of this query. */
+  /** Called before each retry of this query's request (429, 503, 401). */
   onRetry?: (retry: RetryInfo) => void;
+  /** An attempt of the job failed and the plane tries it again (each attempt once). */
+  onJobRetry?: (retry: JobRetry) => void;
 }
 
 /** What a query with a blob answer (a PDF, a large result) resolves with. */
@@ -300,15 +318,21 @@ export function createDataClient<S extends SurfaceTypes = UntypedSurface>(
   async function query(
     operation: string,
     params: object = {},
-    { signal, onEvent, onProgress, onRetry }: QueryOptions = {},
+    { signal, onEvent, onProgress, onRetry, onJobRetry }: QueryOptions = {},
   ): Promise<any> {
     let lastProgress: Progress | null = null;
+    let lastRetry = 0; // the last failed attempt told
     const emit: Emit = (name, data) => {
       if (name === "progress") {
         const p = data as Progress;
         if (lastProgress && !newer(p, lastProgress)) return; // seen (a reconnect's replay)
         lastProgress = p;
         call(onProgress, p);
+      } else if (name === "retry") {
+        const r = data as JobRetry;
+        if (r.attempt <= lastRetry) return; // seen (a reconnect's or a poll's replay)
+        lastRetry = r.attempt;
+        call(onJobRetry, r);
       }
       call(onEvent as any, name, data);
     };
@@ -501,10 +525,12 @@ function viaStream(
       events += 1;
       emit("queued", data(e));
     });
-    source.addEventListener("progress", (e) => {
-      events += 1;
-      emit("progress", data(e));
-    });
+    for (const name of ["progress", "retry"] as const) {
+      source.addEventListener(name, (e) => {
+        events += 1;
+        emit(name, data(e));
+      });
+    }
     source.addEventListener("done", (e) => {
       const answer = data(e);
       finish(() => resolve(answer));
@@ -556,6 +582,7 @@ async function viaPolling(
       const body = await resp.json();
       emit("poll", { jobId: job.jobId, httpStatus: 202, status: body.status });
       if (body.progress) emit("progress", body.progress);
+      if (body.retry) emit("retry", body.retry);
     } else if (resp && (resp.status !== 503 || ++failures > POLL_MAX_FAILURES)) {
       throw await errorOf(resp, job.jobId);
     }

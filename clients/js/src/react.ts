@@ -9,7 +9,9 @@
  *
  *   function Users() {
  *     const users = useQuery("users", "list", { limit: 10 });
- *     if (users.status === "loading") return <Spinner progress={users.progress} />;
+ *     if (users.status === "loading") {
+ *       return <Spinner progress={users.progress} failed={users.jobRetry} />;
+ *     }
  *     if (users.status === "error") return <Failed error={users.error} />;
  *     return <UserList users={users.answer.rows} />; // typed: the operation's result
  *   }
@@ -33,6 +35,7 @@ import {
   type OperationTypes,
   type PlaneClient,
   type PlaneTypes,
+  type JobRetry,
   type Progress,
   type QueryOptions,
   type UntypedPlane,
@@ -52,6 +55,9 @@ export type UseQueryArgs<T extends OperationTypes> = {} extends T["params"]
 interface Common {
   /** The latest progress of the current run (kept once it answered), or null. */
   progress: Progress | null;
+  /** The last failed attempt of the current run that the plane tries again (kept once it
+   * answered), or null. */
+  jobRetry: JobRetry | null;
   /** Run the query again now (aborting a run in flight), even when `enabled` is false. */
   refetch: () => void;
 }
@@ -128,8 +134,9 @@ export function createHooks<P extends PlaneTypes = UntypedPlane>(client: PlaneCl
         answer: s && s.key === key ? s.answer : undefined,
         error: null,
         progress: null,
+        jobRetry: null,
       }));
-      const { onEvent, onRetry, onProgress } = latest.current.options;
+      const { onEvent, onRetry, onProgress, onJobRetry } = latest.current.options;
       query(surface, operation, params ?? {}, {
         signal,
         onEvent: onEvent && ((...event) => live() && latest.current.options.onEvent?.(...event)),
@@ -138,6 +145,11 @@ export function createHooks<P extends PlaneTypes = UntypedPlane>(client: PlaneCl
           if (!live()) return;
           setState((s) => (s && s.key === key ? { ...s, progress } : s));
           if (onProgress) latest.current.options.onProgress?.(progress);
+        },
+        onJobRetry: (jobRetry) => {
+          if (!live()) return;
+          setState((s) => (s && s.key === key ? { ...s, jobRetry } : s));
+          if (onJobRetry) latest.current.options.onJobRetry?.(jobRetry);
         },
       }).then(
         (answer) => {
@@ -148,6 +160,7 @@ export function createHooks<P extends PlaneTypes = UntypedPlane>(client: PlaneCl
             answer,
             error: null,
             progress: s?.progress ?? null,
+            jobRetry: s?.jobRetry ?? null,
           }));
         },
         (err: unknown) => {
@@ -159,6 +172,7 @@ export function createHooks<P extends PlaneTypes = UntypedPlane>(client: PlaneCl
             answer: s && s.key === key ? s.answer : undefined,
             error,
             progress: s?.progress ?? null,
+            jobRetry: s?.jobRetry ?? null,
           }));
         },
       );
@@ -182,6 +196,7 @@ export function createHooks<P extends PlaneTypes = UntypedPlane>(client: PlaneCl
       answer: undefined,
       error: null,
       progress: null,
+      jobRetry: null,
       refetch,
     };
   }

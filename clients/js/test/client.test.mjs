@@ -214,15 +214,76 @@ test("a stream cut mid-job reconnects with Last-Event-ID: no progress event twic
   }
 });
 
-function cuttingProxy(upstream) {
+test("a failed attempt reaches onJobRetry before the answer: dataplane dev retries in 2 s", async () => {
+  const retries = [];
+  const events = [];
+  const started = Date.now();
+  const answer = await probe({ preferWaitSeconds: 0 }).query(
+    "fail",
+    { times: 2, nonce: `retry-${Date.now()}` },
+    { onJobRetry: (r) => retries.push(r), onEvent: (name) => events.push(name) },
+  );
+  assert.deepEqual(answer, { succeeded_on_attempt: 3 });
+  assert.deepEqual(
+    retries.map((r) => r.attempt),
+    [1, 2],
+    JSON.stringify(retries),
+  );
+  for (const r of retries) {
+    assert.equal(r.maxAttempts, 5);
+    assert.equal(r.error, `ProbeFailure: probe.fail: attempt ${r.attempt} of 2`);
+    // `dataplane dev` gives its workers a 2 s failure backoff (the fleet's is 30 s).
+    assert.ok(r.retryInMs > 0 && r.retryInMs <= 2000, `next try in ${r.retryInMs} ms`);
+    assert.ok(Math.abs(Date.parse(r.retryAt) - Date.now()) < 60_000, r.retryAt);
+  }
+  assert.deepEqual(events, ["queued", "retry", "retry", "done"]);
+  assert.ok(Date.now() - started < 20_000, `took ${Date.now() - started} ms`);
+});
+
+test("polling carries the failed attempt too: onJobRetry hears it once", async () => {
+  const proxy = await cuttingProxy(new URL(base), { refuseStreams: true });
+  try {
+    const retries = [];
+    const polls = [];
+    const answer = await createDataClient({
+      baseUrl: `${proxy.url}/api/probe`,
+      getToken: () => token,
+      EventSource,
+      preferWaitSeconds: 0,
+    }).query(
+      "fail",
+      { times: 1, nonce: `retry-poll-${Date.now()}` },
+      {
+        onJobRetry: (r) => retries.push(r),
+        onEvent: (name, data) => name === "poll" && polls.push(data.httpStatus),
+      },
+    );
+    assert.deepEqual(answer, { succeeded_on_attempt: 2 });
+    assert.ok(proxy.streams.length >= 1, "the client never tried the stream");
+    assert.ok(polls.includes(202) && polls.at(-1) === 200, JSON.stringify(polls));
+    assert.deepEqual(
+      retries.map((r) => [r.attempt, r.error]),
+      [[1, "ProbeFailure: probe.fail: attempt 1 of 1"]],
+    );
+  } finally {
+    await proxy.close();
+  }
+});
+
+function cuttingProxy(upstream, { refuseStreams = false } = {}) {
   // HTTP/1.1 forwarding to the BFF; the first event-stream response is destroyed after
   // its first progress event (progress carries no id: the last id before it is the one a
-  // reconnect must send), as a dropped connection would end it.
+  // reconnect must send), as a dropped connection would end it. `refuseStreams`: every
+  // event stream is answered 502, as a proxy that cannot carry them would.
   const streams = [];
   const state = { streams, cutAfterId: undefined };
   const server = createHttpServer((req, res) => {
     const isStream = (req.headers.accept || "").includes("text/event-stream");
     if (isStream) streams.push({ url: req.url, lastEventId: req.headers["last-event-id"] });
+    if (isStream && refuseStreams) {
+      res.writeHead(502, { "Content-Type": "text/plain" });
+      return res.end("no event streams here");
+    }
     const cut = isStream && streams.length === 1;
     const up = httpRequest(
       { host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers },

@@ -13,10 +13,11 @@ on every served surface's done channel, and a waiter map job id -> waiters.
   secret, or whose note does not parse, is not delivered: the row is read instead,
   and the pump counts it (``rejected``, metric ``dataplane.notify.rejected``). A
   payload that names no job is counted and dropped. No notify can end the pump.
-* A progress notify (``<type>_progress``, :mod:`dataplane.queue.progress`) for a job
-  with waiters hands them its progress: carried and sealed like an answer, else read
-  from the row (trusted the same way); for a job nobody here waits on it costs a parse.
-  It is not a done notify: it counts in none of the bookkeeping below.
+* A progress notify (``<type>_progress``) or a retry notify (``<type>_retry``: an
+  attempt failed and the job waits out its backoff) for a job with waiters hands them
+  that *update* (:mod:`dataplane.bff.reply.updates`): carried and sealed like an answer,
+  else read from the row, which must confirm it. Neither is a done notify: they count
+  in none of the bookkeeping below.
 * Every ``sweep_seconds`` the rows of all waited-on jobs are re-read, which
   covers missed notifies; after a LISTEN reconnect (a :class:`Gap`) the sweep
   runs at once. The listener pings its connection when quiet, so a silently
@@ -48,6 +49,7 @@ from opentelemetry.trace import SpanKind
 
 from dataplane.bff.config import SWEEP_SECONDS
 from dataplane.bff.reply.answers import RECENT_NOTIFIES, RecentNotifies
+from dataplane.bff.reply.updates import READ_BATCH, UpdateFeed, UpdateKind
 from dataplane.bff.reply.waiter import Waiter
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Gap, Listener, Notification
@@ -59,13 +61,11 @@ from dataplane.queue import (
     done_channel,
     split_done_notify,
 )
-from dataplane.queue.progress import Progress, read_progress, split_progress_notify
 from telemetry.metrics import instruments, track_waiters
 from telemetry.tracing import context_from, messaging, tracer
 
 log = logging.getLogger(__name__)
 
-READ_BATCH = 1000  # job ids per statement
 REJECTED_LOG_SECONDS = 60.0  # rejected notifies are logged at most once per this
 
 
@@ -89,6 +89,7 @@ class PumpStatistics:
     listening: bool
     rejected: int = 0  # carried answers that did not open or parse, and jobless notifies
     progress: int = 0  # progress handed to waiters
+    retries: int = 0  # retries (failed attempts tried again) handed to waiters
 
 
 @dataclass
@@ -100,7 +101,6 @@ class _Counters:
     sweeps: int = 0
     delivered: int = 0
     rejected: int = 0
-    progress: int = 0
 
 
 class ReplyPump:
@@ -113,19 +113,26 @@ class ReplyPump:
         reconnect_delays: Sequence[float] = LISTEN_RECONNECT_DELAYS,
         recent_notifies: int = RECENT_NOTIFIES,
         progress_channels: Sequence[str] = (),
+        retry_channels: Sequence[str] = (),
     ) -> None:
         self.queue = queue
-        self._progress_channels = frozenset(progress_channels)
+        self._waiters: dict[uuid.UUID, set[Waiter]] = {}
+        self.updates = UpdateFeed(
+            queue,
+            lambda job_id: self._waiters.get(job_id, ()),
+            self._reject,
+            progress_channels=progress_channels,
+            retry_channels=retry_channels,
+        )
         self.sweep_seconds = sweep_seconds
         self.listener: Listener = queue.db.listener(
             # With no surface installed there is nothing to hear but deletions; the
             # listener still holds its session (and /readyz its meaning).
-            [*channels, *progress_channels, ROWS_DELETED_CHANNEL],
+            [*channels, *self.updates.channels, ROWS_DELETED_CHANNEL],
             check_interval=max(0.05, sweep_seconds - LISTEN_PING_TIMEOUT),
             ping_timeout=min(LISTEN_PING_TIMEOUT, max(0.05, sweep_seconds / 2)),
             reconnect_delays=reconnect_delays,
         )
-        self._waiters: dict[uuid.UUID, set[Waiter]] = {}
         self.waiting = 0  # waiters added and not yet discarded (dataplane.waiters)
         track_waiters(self)
         self._sweep_now = trio.Event()
@@ -244,7 +251,8 @@ class ReplyPump:
             delivered=c.delivered,
             listening=self.listening,
             rejected=c.rejected,
-            progress=c.progress,
+            progress=self.updates.progress,
+            retries=self.updates.retries,
         )
 
     def deliver(self, row: JobRow) -> None:
@@ -265,15 +273,15 @@ class ReplyPump:
                 except trio.WouldBlock:
                     break
             wanted: set[uuid.UUID] = set()
-            progress_wanted: set[uuid.UUID] = set()
+            updates_wanted: dict[UpdateKind, set[uuid.UUID]] = {}
             for event in batch:
                 if isinstance(event, Gap):
                     self._counters.gaps += 1
                     self._sweep_now.set()
                 elif event.channel == ROWS_DELETED_CHANNEL:
                     self.recent.rows_deleted(self._counters.notifies)  # not served now
-                elif event.channel in self._progress_channels:
-                    self._take_progress(event, progress_wanted)
+                elif (kind := self.updates.kind_of(event.channel)) is not None:
+                    self.updates.take(event, kind, updates_wanted.setdefault(kind, set()))
                 else:
                     try:
                         self._take(event, wanted)
@@ -282,43 +290,9 @@ class ReplyPump:
                         self._sweep_now.set()
             if wanted:
                 await self._read_and_deliver(list(wanted), notified=True)
-            if progress_wanted:
-                await self._read_progress(list(progress_wanted - wanted))
-
-    def _take_progress(self, event: Notification, wanted: set[uuid.UUID]) -> None:
-        """One progress notify: delivered to the job's waiters here when it carries a
-        note that opens, else the job's progress is ``wanted`` (read); nothing at all
-        for a job nobody here waits on."""
-        try:
-            job_id, sealed = split_progress_notify(event.payload)
-        except ValueError:
-            self._reject(f"a notify on {event.channel} that names no job")
-            return
-        if job_id not in self._waiters:
-            return
-        if sealed is not None:
-            seal = self.queue.seal
-            note = seal.open(str(job_id), sealed, kind="progress") if seal is not None else None
-            progress = Progress.from_note(note) if note is not None else None
-            if progress is not None:
-                self._deliver_progress(job_id, progress)
-                return
-            self._reject("a progress note that does not open or parse")
-        wanted.add(job_id)
-
-    def _deliver_progress(self, job_id: uuid.UUID, progress: Progress) -> None:
-        for waiter in self._waiters.get(job_id, ()):
-            if waiter.deliver_progress(progress):
-                self._counters.progress += 1
-
-    async def _read_progress(self, ids: list[uuid.UUID]) -> None:
-        try:
-            found = await read_progress(self.queue.db, ids[:READ_BATCH])
-        except DatabaseError as exc:
-            log.warning("pump: could not read the progress of %d job(s) (%s)", len(ids), exc)
-            return
-        for job_id, progress in found.items():
-            self._deliver_progress(job_id, progress)
+            for kind, ids in updates_wanted.items():
+                if ids - wanted:
+                    await self.updates.read(kind, list(ids - wanted))
 
     def _take(self, event: Notification, wanted: set[uuid.UUID]) -> None:
         """One done notify: remembered; delivered when it carries an answer that opens,

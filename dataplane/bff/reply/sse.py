@@ -1,4 +1,5 @@
-"""Server-Sent Events for one job: ``queued``, any ``progress``, then ``done`` or ``error``.
+"""Server-Sent Events for one job: ``queued``, any ``progress`` and ``retry``, then
+``done`` or ``error``.
 
 Event ids let a reconnecting EventSource (``Last-Event-ID``) skip what it has:
 ``queued`` is 1, ``TIMEOUT`` 2, ``done``/``POISON``/``CANCELLED`` 3. A ``progress``
@@ -6,9 +7,12 @@ event carries no id, so it leaves ``Last-Event-ID`` as it was: progress is a sta
 a delta, and every connection and reconnection of a running job's stream gets its
 latest progress first (the row's, or a newer one the reply pump heard), then each
 newer one (``attempt`` and ``seq`` in its data order them: a client may drop one it
-has). A ``: keep-alive`` comment goes out every 15 s without other traffic. Past the
-stream deadline the stream ends with ``TIMEOUT``; the job keeps running and its answer
-stays on the row.
+has). A ``retry`` event (an attempt failed and the job waits out its backoff:
+:mod:`dataplane.queue.retries`) is such a state too, without an id: it comes after
+every progress of the attempt that failed and before the next attempt's, and a stream
+that connects while the job waits gets it first, from the row. A ``: keep-alive``
+comment goes out every 15 s without other traffic. Past the stream deadline the
+stream ends with ``TIMEOUT``; the job keeps running and its answer stays on the row.
 
 How a stream ends is its outcome (``done``, ``poison``, ``cancelled``, ``TIMEOUT``;
 ``abandoned`` when the reply pump ended under it — the plane restarts or the BFF stops —
@@ -31,10 +35,11 @@ from opentelemetry import trace
 from dataplane.bff.auth.tokens import StreamGrant
 from dataplane.bff.jobs import answer, record_end_to_end, traceparent_of
 from dataplane.bff.plane import BffServices
-from dataplane.bff.reply.waiter import NO_PROGRESS, Waiter
+from dataplane.bff.reply.waiter import NO_PROGRESS, Update, Waiter
 from dataplane.http import Exchange, cork_next_write
 from dataplane.queue import JobRow
 from dataplane.queue.progress import Progress
+from dataplane.queue.retries import Retry
 from telemetry.metrics import QUEUE_TYPE, instruments
 from telemetry.tracing import context_from, messaging, tracer
 
@@ -78,6 +83,9 @@ async def job_events(
         kept = Progress.from_value(row.progress)
         if kept is not None:
             waiter.deliver_progress(kept)  # unless the pump has already heard a newer one
+        waiting = Retry.from_row(row)  # a failed attempt it waits out (after its progress)
+        if waiting is not None:
+            waiter.deliver_retry(waiting)
         seen = NO_PROGRESS
         deadline = trio.current_time() + services.config.sse_deadline_seconds
         while True:
@@ -97,9 +105,10 @@ async def job_events(
                 _ended(exchange, row, "TIMEOUT", services.config.sse_deadline_seconds)
                 yield _last(_timeout(row))
                 return
-            if waiter.progress is not None and waiter.seen() > seen:
-                seen = waiter.seen()
-                yield progress_event(str(row.id), waiter.progress)
+            update = waiter.latest()
+            if update is not None and update.order > seen:
+                seen = update.order
+                yield update_event(str(row.id), update)
                 continue
             yield b": keep-alive\n\n"
     finally:
@@ -107,10 +116,12 @@ async def job_events(
             services.pump.discard(waiter)
 
 
-def progress_event(job_id: str, progress: Progress) -> bytes:
-    """A ``progress`` event: no id (``Last-Event-ID`` stays the stream's last)."""
-    payload = json.dumps(progress.event(job_id), separators=(",", ":"), ensure_ascii=False)
-    return f"event: progress\ndata: {payload}\n\n".encode()
+def update_event(job_id: str, update: Update) -> bytes:
+    """A ``progress`` or ``retry`` event: no id (``Last-Event-ID`` stays the stream's
+    last); a retry's ``retryInMs`` counts from now."""
+    name = "retry" if isinstance(update, Retry) else "progress"
+    payload = json.dumps(update.event(job_id), separators=(",", ":"), ensure_ascii=False)
+    return f"event: {name}\ndata: {payload}\n\n".encode()
 
 
 def _last(event: bytes) -> bytes:

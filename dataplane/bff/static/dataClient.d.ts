@@ -19,7 +19,8 @@
  * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
  * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
  * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`.
+ * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
+ * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
@@ -152,6 +153,18 @@ export interface Progress {
     /** A small partial result (at most 4 KiB of JSON). */
     partial?: unknown;
 }
+/** An attempt of the job failed; the plane tries it again at `retryAt`. */
+export interface JobRetry {
+    jobId: string;
+    /** The attempt that failed (1 for the first) and how many the job may have. */
+    attempt: number;
+    maxAttempts: number;
+    /** The error's class and message, e.g. "KeyError: 'oops'" (at most 500 characters). */
+    error: string;
+    /** When the next attempt is due (ISO 8601), and in how many ms as the server sent it. */
+    retryAt: string;
+    retryInMs: number;
+}
 export interface QueryEvents {
     queued: {
         jobId: string;
@@ -159,6 +172,8 @@ export interface QueryEvents {
     };
     /** The job's progress: the latest first on a (re)connect, then each newer one. */
     progress: Progress;
+    /** A failed attempt the job waits out before the next (first on a (re)connect). */
+    retry: JobRetry;
     /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
     error: {
         jobId: string;
@@ -187,8 +202,10 @@ export interface QueryOptions {
     onEvent?: (...event: QueryEvent) => void;
     /** The job's progress, newest last (a progress seen twice, after a reconnect, once). */
     onProgress?: (progress: Progress) => void;
-    /** Called before each retry of this query. */
+    /** Called before each retry of this query's request (429, 503, 401). */
     onRetry?: (retry: RetryInfo) => void;
+    /** An attempt of the job failed and the plane tries it again (each attempt once). */
+    onJobRetry?: (retry: JobRetry) => void;
 }
 /** What a query with a blob answer (a PDF, a large result) resolves with. */
 export interface BlobResult {

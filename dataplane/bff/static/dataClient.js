@@ -19,7 +19,8 @@
  * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
  * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
  * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`.
+ * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
+ * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
@@ -115,8 +116,9 @@ export function createDataClient(options) {
         budgetMs: options.retry?.budgetMs ?? RETRY_BUDGET_MS,
         maxDelayMs: options.retry?.maxDelayMs ?? RETRY_MAX_DELAY_MS,
     };
-    async function query(operation, params = {}, { signal, onEvent, onProgress, onRetry } = {}) {
+    async function query(operation, params = {}, { signal, onEvent, onProgress, onRetry, onJobRetry } = {}) {
         let lastProgress = null;
+        let lastRetry = 0; // the last failed attempt told
         const emit = (name, data) => {
             if (name === "progress") {
                 const p = data;
@@ -124,6 +126,13 @@ export function createDataClient(options) {
                     return; // seen (a reconnect's replay)
                 lastProgress = p;
                 call(onProgress, p);
+            }
+            else if (name === "retry") {
+                const r = data;
+                if (r.attempt <= lastRetry)
+                    return; // seen (a reconnect's or a poll's replay)
+                lastRetry = r.attempt;
+                call(onJobRetry, r);
             }
             call(onEvent, name, data);
         };
@@ -310,10 +319,12 @@ function viaStream(ES, job, signal, emit) {
             events += 1;
             emit("queued", data(e));
         });
-        source.addEventListener("progress", (e) => {
-            events += 1;
-            emit("progress", data(e));
-        });
+        for (const name of ["progress", "retry"]) {
+            source.addEventListener(name, (e) => {
+                events += 1;
+                emit(name, data(e));
+            });
+        }
         source.addEventListener("done", (e) => {
             const answer = data(e);
             finish(() => resolve(answer));
@@ -363,6 +374,8 @@ async function viaPolling(doFetch, job, signal, emit) {
             emit("poll", { jobId: job.jobId, httpStatus: 202, status: body.status });
             if (body.progress)
                 emit("progress", body.progress);
+            if (body.retry)
+                emit("retry", body.retry);
         }
         else if (resp && (resp.status !== 503 || ++failures > POLL_MAX_FAILURES)) {
             throw await errorOf(resp, job.jobId);

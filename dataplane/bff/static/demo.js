@@ -86,9 +86,33 @@ function makeSlot(container, key, label, onRun) {
   const bar = el("progress", { max: "1", value: "0", "data-testid": ids("progress") });
   const said = el("span", { class: "progress-message", "data-testid": ids("progress-message") });
   const meter = el("div", { class: "progress", hidden: "" }, bar, said);
+  // A failed attempt the plane tries again (the stream's retry event): what failed and
+  // when the next try is due, counted down; hidden until then, kept once it answered.
+  const retried = el("div", { class: "retry", "data-testid": ids("retry"), hidden: "" });
+  let countdown = null;
+  let lastRetry = null;
+  const failed = (data) => `attempt ${data.attempt} of ${data.maxAttempts} failed: ${data.error}`;
+  const stopCountdown = () => {
+    clearInterval(countdown);
+    countdown = null;
+  };
+  const showRetry = (data) => {
+    stopCountdown();
+    lastRetry = data;
+    const due = performance.now() + data.retryInMs;
+    const tick = () => {
+      const left = Math.ceil((due - performance.now()) / 1000);
+      retried.textContent = `${failed(data)}; ${left > 0 ? `next try in ${left} s` : "trying again now"}`;
+      if (left <= 0) stopCountdown();
+    };
+    Object.assign(retried.dataset, { attempt: data.attempt, retryInMs: data.retryInMs });
+    retried.hidden = false;
+    tick();
+    countdown = setInterval(tick, 250);
+  };
   const error = el("div", { class: "error", "data-testid": ids("error"), hidden: "" });
   const out = el("div", { class: "out", "data-testid": ids("out") });
-  node.append(head, meter, error, out);
+  node.append(head, meter, retried, error, out);
   container.append(node);
 
   const trail = [];
@@ -111,7 +135,9 @@ function makeSlot(container, key, label, onRun) {
       trail.length = 0;
       node.dataset.state = "running";
       node.dataset.jobId = "";
-      error.hidden = cache.hidden = coalesced.hidden = meter.hidden = true;
+      error.hidden = cache.hidden = coalesced.hidden = meter.hidden = retried.hidden = true;
+      stopCountdown();
+      lastRetry = null;
       bar.value = 0;
       said.textContent = "";
       delete bar.dataset.seq;
@@ -129,6 +155,10 @@ function makeSlot(container, key, label, onRun) {
         bar.dataset.seq = String(data.seq);
         said.textContent = data.message ?? "";
         step("progress");
+      }
+      else if (name === "retry") {
+        showRetry(data);
+        step(`attempt ${data.attempt} failed`);
       }
       else if (name === "poll") step(`poll ${data.httpStatus}`);
       else if (name === "error") {
@@ -150,6 +180,8 @@ function makeSlot(container, key, label, onRun) {
     },
     finish(t0, err) {
       e2e.textContent = `${Math.round(performance.now() - t0)} ms`;
+      stopCountdown();
+      if (lastRetry) retried.textContent = failed(lastRetry); // what failed stays, not the wait
       if (queue.textContent === "…") queue.textContent = "n/a";
       if (!err) {
         node.dataset.state = "done";
@@ -469,6 +501,26 @@ $("#progress-start").addEventListener("click", async () => {
   }
 });
 
+// ---- retries --------------------------------------------------------------------------
+// A job whose first attempts fail (probe.fail): each failed attempt the plane tries again
+// shows in the slot (what failed, the next try counted down), then the answer, or POISON
+// once the attempts are spent.
+const failSlot = makeSlot($("#fail-slots"), "fail", "probe.fail");
+$("#fail-start").addEventListener("click", async () => {
+  const params = { times: num($("#fail-times")) || 0 };
+  const probe = clientFor("probe", currentToken, { preferWaitSeconds: 0 });
+  const t0 = failSlot.start();
+  try {
+    const result = await probe.query("fail", params, {
+      onEvent: (name, data) => failSlot.onEvent(name, data),
+    });
+    failSlot.finish(t0);
+    render(failSlot, result);
+  } catch (err) {
+    failSlot.finish(t0, err);
+  }
+});
+
 // ---- abort ----------------------------------------------------------------------------
 const abortSlot = makeSlot($("#abort-slots"), "abort", "probe.sleep (abortable)");
 let controller = null;
@@ -529,8 +581,8 @@ async function query(surface, operation, params) {
 
 // ---- the first round: every panel answers on load ------------------------------------
 // The lists, their drill-downs and the error cases, once a token is known (in the URL or
-// kept from before, else when one is pasted). The burst, progress and abort demos run
-// on their buttons: they are about timing, and 50 queries would hold the connections.
+// kept from before, else when one is pasted). The burst, progress, retry and abort demos
+// run on their buttons: they are about timing, and 50 queries would hold the connections.
 let firstRound = null;
 function runFirstRound() {
   const note = $("#first-round");
