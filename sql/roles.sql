@@ -41,10 +41,12 @@ BEGIN
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO %s', current_database(), everyone);
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %s', current_schema(), everyone);
 
-    -- BFF: enqueue and attach (insert, one more requester), withdraw, read a job, its
-    -- blob and the schema's version.
+    -- BFF: enqueue and attach (insert, one more requester), withdraw (the last one
+    -- cancels, and the row says the requesters did and whether it ran: never an
+    -- operator's name, a lease or a claim), read a job, its blob and the schema's version.
     GRANT SELECT, INSERT ON maestro_queues TO dataplane_bff;
-    GRANT UPDATE (requesters, requested_by, withdrawn, status, completed_at) ON maestro_queues
+    GRANT UPDATE (requesters, requested_by, withdrawn, status, completed_at, cancelled_by,
+                  cancelled_running) ON maestro_queues
         TO dataplane_bff;
     GRANT SELECT ON surface_result_blobs, dataplane_migrations TO dataplane_bff;
 
@@ -102,15 +104,17 @@ BEGIN
         TO dataplane_operator;
     GRANT INSERT ON dataplane_audit TO dataplane_operator;
     -- Cancel a pending or running job (dataplane/operator/cancel.py): its lock (FOR
-    -- UPDATE) and the columns its statement writes, no other.
-    GRANT UPDATE (status, completed_at, lease_expires_at) ON maestro_queues
+    -- UPDATE) and the columns its statement writes (who cancelled it, 0025), no other.
+    GRANT UPDATE (status, completed_at, lease_expires_at, cancelled_by, cancelled_operator,
+                  cancelled_running) ON maestro_queues
         TO dataplane_operator;
     -- A job's page shows its blobs' heads (size, type, expiry), never their bytes.
     GRANT SELECT (id, job_id, content_type, size, created_at, expires_at)
         ON surface_result_blobs TO dataplane_operator;
     GRANT USAGE ON SEQUENCE dataplane_audit_id_seq TO dataplane_operator;
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_operator;
-    -- Bulk retry (poison -> pending: the columns job_retry resets, no other), discard
+    -- Bulk retry (poison or cancelled -> pending: the columns job_filter_retry resets,
+    -- who cancelled it included, granted above; no other), discard
     -- (finished rows and their blobs: a blob's ids only, never its bytes), pause and
     -- resume (a row of maestro_paused; it may not rewrite who paused it or when).
     GRANT UPDATE (status, dequeue_count, available_at, locked_by, lease_expires_at,

@@ -9,7 +9,8 @@
 * :mod:`~dataplane.bff.reply.pump`: the reply pump (LISTEN on done channels, waiters, sweep);
 * :mod:`~dataplane.bff.plane`: the process's queue DB, pump and verifiers;
 * :mod:`~dataplane.bff.auth.urls`: the URL layout; :mod:`~dataplane.bff.openapi`: the
-  OpenAPI document; ``static/``: the browser client and the demo page.
+  OpenAPI document (its body schemas: :mod:`~dataplane.bff.openapi_schemas`);
+  ``static/``: the browser client and the demo page.
 
 The BFF never imports the worker.
 """

@@ -24,6 +24,7 @@ from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.http import ApiError, note
 from dataplane.queue import JobRow
 from dataplane.queue.envelope import Auth
+from dataplane.queue.records import iso
 from dataplane.queue.retries import error_line
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OUTCOME, QUEUE_TYPE, instruments
@@ -166,11 +167,7 @@ def answer(services: BffServices, row: JobRow, grant: StreamGrant | None) -> dic
         out["coalesced"] = attached
         return out | _timings(row)
     if row.status == "cancelled":
-        out["error"] = {
-            "status": 409,
-            "code": "CANCELLED",
-            "message": "the job was cancelled by its requester before it ran",
-        }
+        out["error"] = cancelled_error(row)
         out["coalesced"] = attached
         return out
     result = row.result if isinstance(row.result, dict) else {"data": row.result}
@@ -183,6 +180,20 @@ def answer(services: BffServices, row: JobRow, grant: StreamGrant | None) -> dic
     out["cache"] = result.get("cache", "bypass")
     out["coalesced"] = bool(result.get("coalesced")) or attached
     return out | _timings(row)
+
+
+def cancelled_error(row: JobRow) -> dict[str, Any]:
+    """A cancelled job's error: who cancelled it (its requesters or an operator, named),
+    before or while it ran, and when, in its message and in ``cancellation`` (a row an
+    older release cancelled names nobody: when only)."""
+    error: dict[str, Any] = {"status": 409, "code": "CANCELLED"}
+    if row.cancellation is not None:
+        error["message"] = row.cancellation.says()
+        error["cancellation"] = row.cancellation.to_json()
+    else:
+        at = f", at {iso(row.completed_at)}" if row.completed_at is not None else ""
+        error["message"] = f"the job was cancelled{at}"
+    return error
 
 
 def record_end_to_end(row: JobRow) -> None:

@@ -45,7 +45,7 @@ def _error_responses(*statuses: int) -> dict[str, Any]:
         401: "No, invalid or expired token",
         403: "A gate refused the caller (a DELETE: the caller did not request the job)",
         404: "Unknown surface, operation or job (or not the caller's)",
-        409: "The job is not pending (running or finished): it cannot be cancelled",
+        409: "The job has finished (its status named): there is nothing to withdraw from",
         413: "Body over 64 KiB",
         415: "Body is not application/json",
         429: "This client has its share of the surface's live jobs: retry after Retry-After",
@@ -248,21 +248,23 @@ def _job_path(sid: str, surface: Surface) -> dict[str, Any]:
         },
         "delete": {
             "operationId": f"{sid}_cancel",
-            "summary": "Cancel a pending job (coalesced requests keep it alive)",
+            "summary": "Withdraw from a job: its last requester cancels it, pending or running",
+            "description": "Withdraws this requester (named by the URL token or the bearer"
+            " JWT), once. When no other requester waits, the job is cancelled, whether it"
+            " waits or runs: a running job's handler is stopped and its late answer"
+            " refused. A disconnect or a stream's TIMEOUT withdraws nobody: only this does.",
             "security": SECURITY,
             "parameters": JOB_PARAMS,
             "responses": {
                 "200": {
-                    "description": "Cancelled: its streams end with event: error CANCELLED",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
-                    },
+                    "description": "Cancelled (this was its last requester): its streams end"
+                    " with event: error CANCELLED, and `cancellation` says whether it ran",
+                    "content": {"application/json": {"schema": _ref("Withdrawal")}},
                 },
                 "202": {
-                    "description": "This request withdrawn; other requesters keep the job",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Live"}}
-                    },
+                    "description": "This requester withdrawn (or already was); other"
+                    " requesters keep the job: its status, and how many still wait",
+                    "content": {"application/json": {"schema": _ref("Withdrawal")}},
                 },
                 **_error_responses(401, 403, 404, 409, 503),
             },

@@ -1,8 +1,11 @@
-"""The OpenAPI document's shared schemas: what every surface's routes answer alike.
+"""The schemas of the BFF's bodies, the components its OpenAPI document's routes refer
+to (:mod:`dataplane.bff.openapi`): an error, a queued job, a live job (its last progress,
+and the failed attempt it waits out before the next: ``retry``), a withdrawal, a finished
+job's answer (and, when it was cancelled, who cancelled it and when).
 
-An error, a queued job, a live one (its last progress, and the failed attempt it waits
-out before the next: ``retry``) and a finished job's answer. The paths that use them,
-and each surface's own parameter and result schemas, are :mod:`dataplane.bff.openapi`'s.
+Each matches what the routes send (:func:`dataplane.bff.jobs.answer`, the ``DELETE``'s
+body in :mod:`dataplane.bff.routes`); Schemathesis holds every answer to them
+(tests/acceptance/test_openapi_fuzz.py).
 """
 
 from __future__ import annotations
@@ -87,7 +90,18 @@ COMPONENTS: dict[str, Any] = {
                 "jobId": {"type": "string"},
                 "status": {"enum": ["done", "poison", "cancelled"]},
                 "result": {},
-                "error": {"type": "object"},
+                "error": {
+                    "type": "object",
+                    "description": "an expected error {status, message}, POISON, or CANCELLED"
+                    " (its message and `cancellation` say who cancelled it, whether it ran,"
+                    " and when)",
+                    "properties": {
+                        "status": {"type": "integer"},
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                        "cancellation": {"$ref": "#/components/schemas/Cancellation"},
+                    },
+                },
                 "blobRef": {
                     "type": "object",
                     "properties": {
@@ -107,6 +121,32 @@ COMPONENTS: dict[str, Any] = {
                         "runMs": {"type": "number"},
                     },
                 },
+            },
+        },
+        "Cancellation": {
+            "type": "object",
+            "description": "Who cancelled a job, whether it was running then, and when (a"
+            " job an older release cancelled has none: its message says when only)",
+            "required": ["by", "whileRunning"],
+            "properties": {
+                "by": {
+                    "enum": ["requesters", "operator"],
+                    "description": "requesters: every requester withdrew (DELETE);"
+                    " operator: an operator's cancel (the console, `dataplane jobs cancel`)",
+                },
+                "operator": {"type": "string", "description": "the operator, by name"},
+                "whileRunning": {"type": "boolean"},
+                "at": {"type": "string", "format": "date-time"},
+            },
+        },
+        "Withdrawal": {
+            "type": "object",
+            "required": ["jobId", "status"],
+            "properties": {
+                "jobId": {"type": "string"},
+                "status": {"enum": ["pending", "in_progress", "cancelled"]},
+                "requesters": {"type": "integer", "description": "those still waiting"},
+                "cancellation": {"$ref": "#/components/schemas/Cancellation"},
             },
         },
     },

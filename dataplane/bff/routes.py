@@ -8,6 +8,8 @@
                                            its last progress and the failed attempt it
                                            waits out, if any)
     GET  /api/<surface>/q/<jobId>/blob     the result blob's bytes
+    DELETE /api/<surface>/q/<jobId>        withdraw: the last requester cancels the job,
+                                           pending or running
 
 The routes around the plane (health, readiness, metrics, the demo page, the OpenAPI
 document) are :mod:`dataplane.bff.site`'s.
@@ -58,6 +60,7 @@ from dataplane.queue import EnqueueResult, JobRow
 from dataplane.queue.blobs import blob_chunks
 from dataplane.queue.envelope import Envelope
 from dataplane.queue.progress import Progress
+from dataplane.queue.records import Cancellation
 from dataplane.queue.retries import Retry
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
@@ -227,27 +230,32 @@ async def poll(surface_id: str, job_id: str) -> Response:
 @routes.delete("/api/<surface_id>/q/<job_id>")
 @server_span("/api/{surface}/q/{jobId}")
 async def cancel(surface_id: str, job_id: str) -> Response:
-    """Withdraw this requester from a pending job; the last requester cancels it. A
-    requester withdraws once: a repeated DELETE (with the URL token or the bearer JWT)
-    answers what the first did and withdraws nobody else. A caller who did not request
-    the job (a colleague of the same client and scope) is refused with 403."""
+    """Withdraw this requester from a live job; the last requester cancels it, pending
+    or running (a running job's worker stops its handler). A requester withdraws once:
+    a repeated DELETE (with the URL token or the bearer JWT) answers what the first did
+    and withdraws nobody else. A caller who did not request the job (a colleague of the
+    same client and scope) is refused with 403; a finished job is a 409 naming its
+    status. A disconnect or a stream's timeout withdraws nobody: only this does."""
     services = current_services()
     surface = surface_of(services, surface_id)
     target = job_target(services, surface, job_id)
     row = await read_job(services, surface, target)
     link_job(row)
-    outcome = await queue_call(services.queue.cancel(row.id, target.requester))
+    outcome = await queue_call(services.queue.cancel(row.id, target.requester, row.type))
     if outcome.status == "cancelled":
         instruments().cancelled.add(1, {QUEUE_TYPE: row.type})
-        return json_response({"jobId": str(row.id), "status": "cancelled"})
+        cancelled = Cancellation("requesters", outcome.running, outcome.at)
+        body = {"jobId": str(row.id), "status": "cancelled", "cancellation": cancelled.to_json()}
+        return json_response(body)
     if outcome.status == "not_requester":
         raise ApiError(403, "only a requester of this job may withdraw from it")
-    if outcome.status in ("pending", "withdrawn"):  # coalesced requesters keep the job alive
-        body = {"jobId": str(row.id), "status": "pending", "requesters": outcome.requesters}
-        return json_response(body, 202)
+    if outcome.status in ("pending", "in_progress", "withdrawn"):  # others keep it alive
+        live = "in_progress" if outcome.running else "pending"
+        waiting = {"jobId": str(row.id), "status": live, "requesters": outcome.requesters}
+        return json_response(waiting, 202)
     current = await queue_call(services.queue.get(row.id))
     status = current.status if current is not None else row.status
-    raise ApiError(409, f"the job is {status}: only a pending job can be cancelled")
+    raise ApiError(409, f"the job is {status}: a finished job has nothing to withdraw from")
 
 
 @routes.get("/api/<surface_id>/q/<job_id>/blob")

@@ -20,6 +20,7 @@ from typing import Any
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.maintenance.retention import DONE_RETENTION_SECONDS
+from dataplane.queue.records import Cancellation
 from dataplane.queue.types import STATUSES, QueueType
 
 # The view's constants (migration 0021), for the reader: the newest job reports of the
@@ -200,6 +201,7 @@ class JobDetail:
     runs: list[dict[str, Any]] = field(default_factory=list)
     blobs: list[dict[str, Any]] = field(default_factory=list)
     trace_id: str | None = None
+    cancellation: Cancellation | None = None  # who cancelled it, when (its page's header)
 
 
 def parse_job_id(raw: str) -> uuid.UUID:
@@ -218,6 +220,7 @@ async def job_detail(db: Database, job_id: uuid.UUID) -> JobDetail | None:
     runs = await db.fetchall(q("console_job_runs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
     blobs = await db.fetchall(q("console_job_blobs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
     detail = JobDetail(job, safe_envelope(payload), redact(payload.get("params")))
+    detail.cancellation = Cancellation.of_row(row)
     detail.runs = [dict(r) for r in runs]
     detail.blobs = [dict(b) for b in blobs]
     detail.trace_id = _trace_of(payload) or next(

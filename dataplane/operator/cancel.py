@@ -2,8 +2,9 @@
 console's action, through :func:`cancel`.
 
 States: ``pending`` or ``in_progress`` -> ``cancelled`` (completed_at set, lease
-cleared); a finished job (``done``, ``poison``, ``cancelled``) is a :class:`Conflict`
-carrying its status (the console's 409), an unknown id :class:`NotFound` (404).
+cleared; the row names the operator and whether it was running: migration 0025, which
+every answer of the job says); a finished job (``done``, ``poison``, ``cancelled``) is a
+:class:`Conflict` carrying its status (the console's 409), an unknown id :class:`NotFound` (404).
 
 One transaction: the row is locked (``job_operator_lock``), cancelled with its notifies
 in one statement (``job_operator_cancel``), and the audit row written (action
@@ -72,7 +73,8 @@ async def _cancel(conn: Connection, operator: Operator, job: uuid.UUID) -> Cance
             raise Conflict(job, before)
         running = before == "in_progress"
         channel = QueueType.parse(row["type"]).cancel_channel if running else None
-        cur = await conn.execute(q("job_operator_cancel"), {"id": job, "cancel_channel": channel})
+        params = {"id": job, "cancel_channel": channel, "operator": operator.actor}
+        cur = await conn.execute(q("job_operator_cancel"), params)
         assert await cur.fetchone() is not None  # locked and live: it is cancelled
         await record(conn, operator, "cancel", {"jobId": str(job)}, 1)
     return CancelOutcome(job, before, "cancelled")

@@ -2,7 +2,8 @@
 
 * :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
   channel names;
-* :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, poisoned rows;
+* :mod:`~dataplane.queue.records`: claimed jobs, rows (and who cancelled one),
+  completions, poisoned rows;
 * :mod:`~dataplane.queue.blobs`: the blob path: storage with a completion, chunked
   reads, expiry;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
@@ -27,6 +28,7 @@ from dataplane.queue.config import (
 )
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
+    Cancellation,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
@@ -63,6 +65,7 @@ __all__ = [
     "STATUSES",
     "Blob",
     "CancelResult",
+    "Cancellation",
     "ClaimBatch",
     "ClaimedJob",
     "Completion",

@@ -303,23 +303,23 @@ class QueueClient(QueueReaders):
         status: str = row["status"]
         return status
 
-    async def cancel(self, job_id: uuid.UUID | str, requester: str) -> CancelResult:
-        """``requester`` withdraws from a pending job; the last requester cancels it.
-        Of a job whose requesters were recorded, anyone else is ``"not_requester"``.
-
-        A requester withdraws once: a second call by the same one changes nothing and
-        answers ``"withdrawn"`` with the requesters left. A running or finished job is
-        not touched (``CancelResult.status`` is then ``None``: read the row to say what
-        it is).
-        """
+    async def cancel(
+        self, job_id: uuid.UUID | str, requester: str, queue_type: str | QueueType
+    ) -> CancelResult:
+        """``requester`` withdraws from a live job, once; the last one cancels it, running
+        or not (``job_cancel``; its worker hears it on ``queue_type``'s cancel channel).
+        A finished or unknown job is not touched (status None: read the row)."""
         if not isinstance(requester, str) or not requester:
             raise InvalidArgument("requester must be a non-empty string")
-        row = await self.db.fetchone(
-            q("job_cancel"), {"id": job_uuid(job_id), "requester": requester}
-        )
+        params = {
+            "id": job_uuid(job_id),
+            "requester": requester,
+            "cancel_channel": QueueType.parse(queue_type).cancel_channel,
+        }
+        row = await self.db.fetchone(q("job_cancel"), params)
         if row is None:
             return CancelResult(None, 0)
-        return CancelResult(row["status"], row["requesters"])
+        return CancelResult(row["status"], row["requesters"], row["running"], row["completed_at"])
 
     async def release(self, jobs: Sequence[ClaimedJob]) -> set[uuid.UUID]:
         """Hand held jobs back (shutdown): pending at once, the claim not counted."""

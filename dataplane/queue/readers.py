@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.queue.blobs import StoredBlob, blob_chunk, blob_head
-from dataplane.queue.records import ClaimedJob, JobRow, job_uuid
+from dataplane.queue.records import Cancellation, ClaimedJob, JobRow, job_uuid
 from dataplane.queue.types import QueueType, check_queue_type, check_status
 
 
@@ -55,11 +55,15 @@ class QueueReaders:
         )
         return [JobRow.from_row(row) for row in rows]
 
-    async def cancelled_held(self, job: ClaimedJob) -> bool:
-        """Whether an operator cancelled the row of this claim: ``cancelled`` and still
-        naming its worker and dequeue count (what a cancel notify is checked against)."""
+    async def cancelled_held(self, job: ClaimedJob) -> Cancellation | None:
+        """Who cancelled the row of this claim, if it is ``cancelled`` and still names
+        its worker and dequeue count (what a cancel notify is checked against); else
+        None. (A row an older release cancelled names nobody: an operator, then.)"""
         params = {"id": job.id, "worker_id": job.worker_id, "dequeue_count": job.dequeue_count}
-        return await self.db.fetchone(q("job_cancelled_held"), params) is not None
+        row = await self.db.fetchone(q("job_cancelled_held"), params)
+        if row is None:
+            return None
+        return Cancellation.of_row(row) or Cancellation("operator", True, row["completed_at"])
 
     async def live_counts(self) -> dict[tuple[str, str], int]:
         """Live rows by (type, client)."""

@@ -1,5 +1,5 @@
-"""What the queue hands out and takes in: claimed jobs, rows, completions (blobs:
-:mod:`dataplane.queue.blobs`).
+"""What the queue hands out and takes in: claimed jobs, rows (and who cancelled one),
+completions (blobs: :mod:`dataplane.queue.blobs`).
 
 A :class:`ClaimedJob` carries its *fence*, (``id``, ``worker_id``,
 ``dequeue_count``): every write by a claimer names it, so a claimer whose lease
@@ -15,8 +15,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeGuard
 
 from opentelemetry.context import Context
 
@@ -52,14 +52,17 @@ FINISHED_STATUSES = ("done", "poison", "cancelled")
 
 @dataclass(frozen=True, slots=True)
 class CancelResult:
-    """What a cancel did: ``"cancelled"``; ``"pending"`` (other requesters keep the job,
-    ``requesters`` of them); ``"withdrawn"`` (this requester had withdrawn already:
-    nothing changed); ``"not_requester"`` (the job names its requesters and this is
-    not one: nothing changed); or ``None`` (not pending: running, finished or unknown).
-    ``requesters``: those still waiting on it."""
+    """What a withdrawal did: ``"cancelled"`` (it was the last: ``running`` says whether
+    the job was running, ``at`` when); ``"pending"`` or ``"in_progress"`` (other
+    requesters keep the job, ``requesters`` of them: its status); ``"withdrawn"`` (this
+    requester had withdrawn already: nothing changed); ``"not_requester"`` (the job names
+    its requesters and this is not one: nothing changed); or ``None`` (not live: finished
+    or unknown). ``requesters``: those still waiting on it; ``running``: it runs (ran)."""
 
     status: str | None
     requesters: int
+    running: bool = False
+    at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,58 @@ class Completion:
         return job.claimed_at + timedelta(seconds=max(0.0, self.finished - job.received))
 
 
+Who = Literal["requesters", "operator"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """Who cancelled a job (migration 0025): its ``requesters`` (the last one's
+    withdrawal, ``job_cancel``) or an ``operator`` (``job_operator_cancel``), named by
+    the audit row's actor; whether it was running (its handler was stopped); and when
+    (``completed_at``). A row an older release cancelled records none: None."""
+
+    by: Who
+    running: bool
+    at: datetime | None
+    operator: str | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> Cancellation | None:
+        """The cancellation a row's columns record; None when they record none (a row
+        that is not cancelled, or that an older release cancelled)."""
+        by = row["cancelled_by"]
+        if by == "requesters":
+            return cls("requesters", bool(row["cancelled_running"]), row["completed_at"])
+        if by == "operator":
+            operator = row["cancelled_operator"]
+            return cls("operator", bool(row["cancelled_running"]), row["completed_at"], operator)
+        return None
+
+    def says(self) -> str:
+        """One sentence: who, before or while it ran, and when."""
+        if self.by == "requesters":
+            who = "by its requesters (every one withdrew)"
+        else:
+            who = f"by the operator {self.operator}" if self.operator else "by an operator"
+        when = "while it ran" if self.running else "before it ran"
+        return f"the job was cancelled {who} {when}" + (f", at {iso(self.at)}" if self.at else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """``{by, operator?, whileRunning, at}``: what a program reads of it."""
+        out: dict[str, Any] = {"by": self.by}
+        if self.operator is not None:
+            out["operator"] = self.operator
+        out["whileRunning"] = self.running
+        if self.at is not None:
+            out["at"] = iso(self.at)
+        return out
+
+
+def iso(at: datetime) -> str:
+    """RFC 3339 in UTC, to the millisecond: ``2025-06-01T12:00:00.123Z``."""
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 @dataclass(frozen=True, slots=True)
 class JobRow:
     """A queue row as readers (BFF, operators) see it."""
@@ -172,10 +227,12 @@ class JobRow:
     claimed_at: datetime | None
     completed_at: datetime | None
     progress: Any = None  # a running job's last progress (dataplane.queue.progress)
+    cancellation: Cancellation | None = None  # who cancelled it, and when (0025)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> JobRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        fields = {name: row[name] for name in cls.__dataclass_fields__ if name != "cancellation"}
+        return cls(**fields, cancellation=Cancellation.of_row(row))
 
     @property
     def finished(self) -> bool:

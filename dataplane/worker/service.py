@@ -10,8 +10,9 @@ of this package:
   channel and, while this worker is on call, ``<type>_enqueued``, dispatched here (wake
   the claimer, drop cache tags, hand a cancel to the cancel watch; a LISTEN gap drops
   the whole cache, invalidations may have been missed);
-* the :class:`~dataplane.worker.claims.cancels.CancelWatch`, which checks an operator's
-  cancel of a held claim against its row and cancels that job's execution;
+* the :class:`~dataplane.worker.claims.cancels.CancelWatch`, which checks a cancel (an
+  operator's, or the last requester's withdrawal) of a held claim against its row and
+  cancels that job's execution;
 * :class:`~dataplane.worker.claims.oncall.OnCall`, which decides whether an enqueue
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
@@ -76,7 +77,7 @@ class WorkerStatistics:
     poisoned: int  # attempts of this worker that failed at the cutoff
     poisoned_at_claim: int  # rows its claims parked as poison (their last lease lapsed)
     lost: int
-    cancelled: int  # executions an operator's cancel stopped
+    cancelled: int  # executions a cancel (an operator's, or the requesters') stopped
     released: int
     coalesced: int
     cache_hits: int

@@ -75,11 +75,13 @@ ORDER BY completed_at - created_at DESC, completed_at DESC
 LIMIT 1;
 
 -- name: console_job
--- One job (its primary key): every column the job's page shows, the result's size.
+-- One job (its primary key): every column the job's page shows (who cancelled it too),
+-- the result's size.
 SELECT id, type, status, client, payload, last_error, locked_by, dequeue_count,
        max_dequeues, requesters, coalesce(cardinality(requested_by), 0) AS requested_by,
        coalesce(cardinality(withdrawn), 0) AS withdrawn, lease_expires_at, available_at,
        created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running,
        octet_length(result::text) AS result_bytes,
        CASE WHEN jsonb_typeof(result) = 'object' THEN result->'blobRef' END AS blob_ref
 FROM maestro_queues

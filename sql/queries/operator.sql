@@ -20,14 +20,17 @@ LIMIT %(limit)s;
 SELECT id, type, status FROM maestro_queues WHERE id = %(id)s FOR UPDATE;
 
 -- name: job_operator_cancel
--- An operator cancels a live job (pending or running): cancelled, its completion time
--- set, its lease cleared; locked_by and dequeue_count stay, the claim its worker checks
--- a cancel notify against. In this statement, so both fire on commit: its streams hear
--- of it on the done channel (as of a withdrawal's cancel), and a running job's worker
--- on the type's cancel channel (`cancel_channel`; NULL for a pending job).
+-- An operator cancels a live job (pending or running): cancelled by 'operator', named
+-- (`operator`: the audit row's actor), whether it was running, its completion time set,
+-- its lease cleared; locked_by and dequeue_count stay, the claim its worker checks a
+-- cancel notify against. In this statement, so both fire on commit: its streams hear of
+-- it on the done channel (as of a withdrawal's cancel), and a running job's worker on
+-- the type's cancel channel (`cancel_channel`; NULL for a pending job).
 WITH c AS (
     UPDATE maestro_queues q
-    SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL
+    SET status = 'cancelled', completed_at = now(), lease_expires_at = NULL,
+        cancelled_by = 'operator', cancelled_operator = %(operator)s,
+        cancelled_running = q.status = 'in_progress'
     WHERE q.id = %(id)s AND q.status IN ('pending', 'in_progress')
     RETURNING q.id, q.type
 )
@@ -64,7 +67,8 @@ FROM (SELECT 1 FROM maestro_queues
 -- (created_at, id) < (%(before_at)s, %(before_id)s) when given (maestro_queues_listing).
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at, progress
+       created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running
 FROM maestro_queues
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND status = ANY (%(statuses)s::text[])
@@ -82,7 +86,7 @@ LIMIT %(limit)s;
 
 -- name: job_filter_retry
 -- Re-drive a filter's finished rows (poison, cancelled): pending again with a fresh
--- dequeue budget, oldest first up to %(limit)s, and wake each type's claimers once. A
+-- dequeue budget (who cancelled it forgotten), oldest first up to %(limit)s, and wake each type's claimers once. A
 -- row whose request has a live row again (same dedupe key) is left as it is: that row
 -- answers it (and the live-key index allows one); of two finished rows of one request,
 -- the newest is re-driven.
@@ -108,7 +112,8 @@ WITH picked AS (
 ), redriven AS (
     UPDATE maestro_queues q
     SET status = 'pending', dequeue_count = 0, available_at = now(), locked_by = NULL,
-        lease_expires_at = NULL, completed_at = NULL, claimed_at = NULL, progress = NULL
+        lease_expires_at = NULL, completed_at = NULL, claimed_at = NULL, progress = NULL,
+        cancelled_by = NULL, cancelled_operator = NULL, cancelled_running = NULL
     FROM one
     WHERE q.id = one.id
       AND NOT EXISTS (SELECT 1 FROM maestro_queues l

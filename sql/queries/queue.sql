@@ -154,10 +154,12 @@ CROSS JOIN LATERAL (SELECT pg_notify(maestro_done_channel(done.type), done.note)
 WHERE (SELECT count(*) FROM blobs) >= 0;
 
 -- name: job_cancelled_held
--- Whether an operator cancelled this claim (a worker that heard a cancel notify checks
--- it here before it cancels the job's execution: the notify is a hint, anyone who may
--- connect may send one): the row is cancelled and still names this claim.
-SELECT id FROM maestro_queues
+-- Whether this claim was cancelled (by its requesters or an operator), and by whom: a
+-- worker that heard a cancel notify checks it here before it cancels the job's
+-- execution (the notify is a hint, anyone who may connect may send one): the row is
+-- cancelled and still names this claim.
+SELECT id, cancelled_by, cancelled_operator, cancelled_running, completed_at
+FROM maestro_queues
 WHERE id = %(id)s
   AND status = 'cancelled'
   AND locked_by = %(worker_id)s
@@ -258,7 +260,8 @@ CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 -- One job as the BFF and operators see it.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at, progress
+       created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running
 FROM maestro_queues
 WHERE id = %(id)s;
 
@@ -266,7 +269,8 @@ WHERE id = %(id)s;
 -- The finished ones among several jobs (the reply pump: live rows are not read at all).
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at, progress
+       created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running
 FROM maestro_queues
 WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison', 'cancelled');
 
@@ -274,7 +278,8 @@ WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('done', 'poison', 'cancelled');
 -- Operators' view: the newest jobs, optionally of one status and one type.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at, progress
+       created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running
 FROM maestro_queues
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(type)s::text IS NULL OR type = %(type)s::text)
@@ -293,31 +298,44 @@ WITH r AS (
 SELECT r.id FROM r CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 
 -- name: job_cancel
--- A requester withdraws from a pending job, once (`withdrawn` names those who did: a
--- second withdrawal changes nothing and answers 'withdrawn'). Where the row names its
--- requesters (`requested_by`), only one of them may withdraw ('not_requester' for
--- anyone else) and the job is cancelled (its streams hear of it on the done channel)
--- when every one has; a row that names none counts (`requesters`): the last withdrawal
--- cancels. `requesters` in the answer: those still waiting. A running or finished job
--- is left alone; the answer says what the row now is.
+-- A requester withdraws from a live job (pending or running), once (`withdrawn` names
+-- those who did: a second withdrawal changes nothing and answers 'withdrawn'). Where the
+-- row names its requesters (`requested_by`), only one of them may withdraw
+-- ('not_requester' for anyone else); a row that names none counts (`requesters`). The
+-- last withdrawal (maestro_last_withdrawal, of the row as locked: of two at once, the
+-- later cancels) cancels the job as an operator's cancel does: `cancelled` by
+-- 'requesters', `completed_at`, `cancelled_running` when it was in_progress, locked_by
+-- and dequeue_count kept (the claim its worker checks the cancel notify against), and,
+-- in this statement so both fire on commit, the done notify (its streams end CANCELLED)
+-- and, for a running job, `<job id>` on the type's cancel channel (its worker stops the
+-- handler). `requesters` in the answer: those still waiting; `running`: the job runs
+-- (or ran, when cancelled). A finished job is left alone and returns nothing.
 WITH c AS (
     UPDATE maestro_queues q
     SET requesters = q.requesters - 1,
         withdrawn = array_append(q.withdrawn, %(requester)s::text),
-        -- None left once this one goes (the row as locked: a concurrent withdrawal's
-        -- commit is seen, so the last of two at once cancels).
-        status = CASE WHEN CASE
-                WHEN q.requested_by IS NULL THEN q.requesters <= 1
-                ELSE q.requested_by <@ array_append(q.withdrawn, %(requester)s::text)
-            END THEN 'cancelled' ELSE q.status END,
-        completed_at = CASE WHEN CASE
-                WHEN q.requested_by IS NULL THEN q.requesters <= 1
-                ELSE q.requested_by <@ array_append(q.withdrawn, %(requester)s::text)
-            END THEN now() END
-    WHERE q.id = %(id)s AND q.status = 'pending'
+        status = CASE
+            WHEN maestro_last_withdrawal(q.requested_by, q.withdrawn, q.requesters,
+                                         %(requester)s::text)
+            THEN 'cancelled' ELSE q.status END,
+        completed_at = CASE
+            WHEN maestro_last_withdrawal(q.requested_by, q.withdrawn, q.requesters,
+                                         %(requester)s::text)
+            THEN now() ELSE q.completed_at END,
+        cancelled_by = CASE
+            WHEN maestro_last_withdrawal(q.requested_by, q.withdrawn, q.requesters,
+                                         %(requester)s::text)
+            THEN 'requesters' ELSE q.cancelled_by END,
+        cancelled_running = CASE
+            WHEN maestro_last_withdrawal(q.requested_by, q.withdrawn, q.requesters,
+                                         %(requester)s::text)
+            THEN q.status = 'in_progress' ELSE q.cancelled_running END
+    WHERE q.id = %(id)s AND q.status IN ('pending', 'in_progress')
       AND NOT (%(requester)s::text = ANY (coalesce(q.withdrawn, '{}')))
       AND (q.requested_by IS NULL OR %(requester)s::text = ANY (q.requested_by))
-    RETURNING q.id, q.type, q.status,
+    RETURNING q.id, q.type, q.status, q.completed_at,
+              CASE WHEN q.status = 'cancelled' THEN q.cancelled_running
+                   ELSE q.status = 'in_progress' END AS running,
               CASE
                   WHEN q.requested_by IS NULL THEN greatest(q.requesters, 0)
                   ELSE (SELECT count(*) FROM unnest(q.requested_by) AS r(who)
@@ -327,23 +345,28 @@ WITH c AS (
     SELECT q.id,
            CASE WHEN %(requester)s::text = ANY (coalesce(q.withdrawn, '{}'))
                 THEN 'withdrawn' ELSE 'not_requester' END AS status,
+           q.completed_at, q.status = 'in_progress' AS running,
            CASE
                WHEN q.requested_by IS NULL THEN q.requesters
                ELSE (SELECT count(*) FROM unnest(q.requested_by) AS r(who)
                      WHERE NOT r.who = ANY (coalesce(q.withdrawn, '{}')))
            END AS requesters
     FROM maestro_queues q
-    WHERE q.id = %(id)s AND q.status = 'pending'
+    WHERE q.id = %(id)s AND q.status IN ('pending', 'in_progress')
       AND (%(requester)s::text = ANY (coalesce(q.withdrawn, '{}'))
            OR (q.requested_by IS NOT NULL AND NOT %(requester)s::text = ANY (q.requested_by)))
 )
-SELECT c.id, c.status, c.requesters
+SELECT c.id, c.status, c.completed_at, c.running, c.requesters
 FROM c
 LEFT JOIN LATERAL (
     SELECT pg_notify(maestro_done_channel(c.type), c.id::text) WHERE c.status = 'cancelled'
-) AS n ON true
+) AS d ON true
+LEFT JOIN LATERAL (
+    SELECT pg_notify(%(cancel_channel)s::text, c.id::text)
+    WHERE c.status = 'cancelled' AND c.running
+) AS w ON true
 UNION ALL
-SELECT still.id, still.status, still.requesters FROM still;
+SELECT still.id, still.status, still.completed_at, still.running, still.requesters FROM still;
 
 -- name: job_get_owned
 -- One job for its owner only (the BFF's poll, stream and blob reads): the type (which
@@ -352,7 +375,8 @@ SELECT still.id, still.status, still.requesters FROM still;
 -- is never read.
 SELECT id, type, status, dedupe_key, payload, result, last_error, locked_by,
        dequeue_count, max_dequeues, available_at, lease_expires_at,
-       created_at, claimed_at, completed_at, progress
+       created_at, claimed_at, completed_at, progress,
+       cancelled_by, cancelled_operator, cancelled_running
 FROM maestro_queues
 WHERE id = %(id)s
   AND type = %(type)s

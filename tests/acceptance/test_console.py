@@ -274,6 +274,36 @@ def test_a_job_page_shows_no_credential_and_links_its_trace(fresh: Console) -> N
         assert ops.get("/jobs/not-a-uuid").status_code == 400
 
 
+def test_a_cancelled_job_s_page_says_who_cancelled_it_and_when(fresh: Console) -> None:
+    """Issue 55: its header names who (the requesters, or the operator) and whether it
+    ran; the console's own cancel of a running job names the operator who acted."""
+    withdrawn = fresh.add_job("surface-alpha", "pending")
+    fresh.execute(
+        "UPDATE maestro_queues SET status = 'cancelled', completed_at = now(),"
+        " cancelled_by = 'requesters', cancelled_running = false WHERE id = %s",
+        (withdrawn,),
+    )
+    running = fresh.add_job("surface-alpha", "in_progress")
+    with fresh.client(operator_token()) as ops:
+        csrf = ops.get("/overview.json").headers["X-CSRF-Token"]
+        assert ops.post(f"/jobs/{running}/cancel", data={"csrf": csrf}).status_code == 200
+        said = {}
+        for job in (withdrawn, running):
+            page = ops.get(f"/jobs/{job}", headers={"Accept": "text/html"})
+            assert page.status_code == 200
+            line = re.search(r'<p data-testid="cancelled">([^<]*)</p>', page.text)
+            assert line is not None, page.text
+            said[job] = line.group(1)
+    assert said[withdrawn].startswith(
+        "Cancelled: the job was cancelled by its requesters (every one withdrew) before it"
+        " ran, at 20"
+    ), said
+    assert said[running].startswith(
+        "Cancelled: the job was cancelled by the operator ops-1 &lt;ops-1@acme.example&gt;"
+        " while it ran, at 20"
+    ), said
+
+
 def test_slowest_redirects_to_the_window_s_slowest_done_job(fresh: Console) -> None:
     """GET /jobs/slowest (the latency alerts' trace_url): 303 to the page of the done job
     that took longest from enqueue to completion in the window, of the type if given;

@@ -4,6 +4,7 @@ process, ``dataplane audit``: each a subprocess on the test's queue DB."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -177,6 +178,11 @@ async def test_jobs_cancel_stops_a_running_job_in_its_worker(
         return "cancelled by an operator" in worker.output()
 
     await wait_until(stopped, within=5)
+    shown = await cli(queue_dsn, "jobs", "show", str(job))  # who cancelled it, and when
+    assert shown.returncode == 0, shown.stderr
+    cancellation = json.loads(shown.stdout)["cancellation"]
+    assert cancellation["by"] == "operator" and cancellation["running"] is True
+    assert cancellation["operator"].startswith("cli:") and cancellation["at"]
     after = (await submit(queue, "probe", "echo", {"value": "after the cancel"})).job_id
 
     async def answered() -> bool:

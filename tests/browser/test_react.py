@@ -313,9 +313,9 @@ def test_unmount_withdraws_the_job_once(
     _show(harness, "sleep", ms=3000)
     job_id = _stream_job(harness, requests)
     _show(harness, None)
-    # The job was running: the withdrawal lets it finish (for the cache); wait for its
+    # Nobody else waits for it: the withdrawal cancels it, running or not; wait for its
     # end, then check the page asked nothing more (no reconnect, no poll, no answer).
-    _wait_settled(stack, job_id)
+    assert _wait_settled(stack, job_id) == "cancelled"
     harness.wait_for_timeout(500)
     assert _about(requests, job_id) == ["stream", "withdraw"], _seen(requests)
     assert len(_posts(requests)) == 1, _seen(requests)
@@ -338,7 +338,7 @@ def test_a_params_change_aborts_the_old_query(
         {"operation": "sleep", "params": {"ms": 3000}},
         {"operation": "sleep", "params": {"ms": 1200}},
     ], _seen(requests)
-    _wait_settled(stack, old)
+    assert _wait_settled(stack, old) == "cancelled"  # its only requester withdrew
     harness.wait_for_timeout(500)
     assert _about(requests, old) == ["stream", "withdraw"], _seen(requests)
     assert _about(requests, new) == ["stream"], _seen(requests)

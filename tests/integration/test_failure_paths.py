@@ -155,10 +155,10 @@ async def test_the_cancel_statement_counts_requesters(queue: QueueClient) -> Non
     first = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
     again = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
     assert again.coalesced and again.job_id == first.job_id
-    assert (await queue.cancel(first.job_id, "alice")).status == "pending"
-    again_alice = await queue.cancel(first.job_id, "alice")  # withdraws once
+    assert (await queue.cancel(first.job_id, "alice", "surface-probe")).status == "pending"
+    again_alice = await queue.cancel(first.job_id, "alice", "surface-probe")  # withdraws once
     assert (again_alice.status, again_alice.requesters) == ("withdrawn", 1)
-    assert (await queue.cancel(first.job_id, "bob")).status == "cancelled"
-    assert (await queue.cancel(first.job_id, "carol")).status is None
+    assert (await queue.cancel(first.job_id, "bob", "surface-probe")).status == "cancelled"
+    assert (await queue.cancel(first.job_id, "carol", "surface-probe")).status is None
     fresh = await queue.enqueue("surface-probe", env.dedupe_key, env.to_json())
     assert fresh.job_id != first.job_id and not fresh.coalesced

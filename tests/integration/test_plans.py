@@ -47,7 +47,7 @@ async def _per_request(queue: QueueClient, tag: str) -> None:
     await queue.attach(f"{tag}-a")
     await queue.insert_many([queue.enqueue_params(T, f"{tag}-m{i}", {"i": i}) for i in range(3)])
     await queue.get_owned(first.job_id, queue_type=T, client="", scope_key="")
-    await queue.cancel(first.job_id, "requester")
+    await queue.cancel(first.job_id, "requester", T)
     jobs = await queue.claim(T, "w-plans", limit=4)
     assert len(jobs) == 4
     await queue.renew(jobs)

@@ -69,6 +69,18 @@ CASES: list[tuple[str, str, bool]] = [
     ("bff", f"UPDATE maestro_queues SET requested_by = '{{a}}' WHERE id = {JOB}", True),
     ("bff", "SELECT content_type FROM surface_result_blobs", True),
     ("bff", "SELECT version FROM dataplane_migrations", True),
+    # The last withdrawal cancels, running or not, saying the requesters did (0025)...
+    (
+        "bff",
+        "UPDATE maestro_queues SET status = 'cancelled', completed_at = now(),"
+        f" cancelled_by = 'requesters', cancelled_running = true WHERE id = {JOB}",
+        True,
+    ),
+    # ...but it never names an operator, nor touches a lease or a claim.
+    ("bff", f"UPDATE maestro_queues SET cancelled_operator = 'ops' WHERE id = {JOB}", False),
+    ("bff", f"UPDATE maestro_queues SET lease_expires_at = NULL WHERE id = {JOB}", False),
+    ("bff", f"UPDATE maestro_queues SET dequeue_count = 0 WHERE id = {JOB}", False),
+    ("worker", f"UPDATE maestro_queues SET cancelled_by = 'requesters' WHERE id = {JOB}", False),
     ("bff", "ANALYZE maestro_queues", False),
     ("bff", CLAIM, False),
     ("bff", FLOW_CLAIM, False),
@@ -140,7 +152,8 @@ CASES: list[tuple[str, str, bool]] = [
     (
         "operator",
         "UPDATE maestro_queues SET status = 'cancelled', completed_at = now(),"
-        f" lease_expires_at = NULL WHERE id = {JOB}",
+        " lease_expires_at = NULL, cancelled_by = 'operator', cancelled_operator = 'ops',"
+        f" cancelled_running = true WHERE id = {JOB}",
         True,
     ),
     ("operator", f"UPDATE maestro_queues SET result = '{{}}' WHERE id = {JOB}", False),
@@ -261,6 +274,18 @@ async def test_the_operator_role_cancels_a_running_job_audited(
         outcome = await cancel(ops, Operator("ops@acme.example", "console"), job)
     assert outcome.status_before == "in_progress"
     assert (await queue.get(job)).status == "cancelled"  # type: ignore[union-attr]
+
+
+async def test_the_bff_role_cancels_a_running_job_its_last_requester_withdraws(
+    db: Database, queue: QueueClient, logins: dict[str, str]
+) -> None:
+    job = (await queue.enqueue("surface-probe", "k", {}, requester="alice")).job_id
+    await queue.claim("surface-probe", "w1")
+    async with open_database(DatabaseConfig(logins["bff"], pool_size=1), loop=db.loop) as bff:
+        outcome = await QueueClient(bff).cancel(job, "alice", "surface-probe")
+    assert (outcome.status, outcome.running) == ("cancelled", True)
+    row = await queue.get(job)
+    assert row is not None and row.status == "cancelled" and row.locked_by == "w1"
 
 
 async def test_a_runtime_process_refuses_a_superuser_or_the_owner(

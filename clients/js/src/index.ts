@@ -16,16 +16,18 @@
  * EventSource's own: it sends `Last-Event-ID`, so a reconnect never replays an event.
  *
  * What a browser needs besides: aborting a query withdraws it (`DELETE` of the job: this
- * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
- * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
- * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
- * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
+ * requester leaves it; a job no other requester waits for is cancelled, pending or
+ * running: its handler is stopped) before the promise rejects with an `AbortError`; a 429
+ * or 503 with `Retry-After` is retried, with jitter, within the caller's signal and a
+ * total budget (never another 4xx); a 401 asks `getToken({refresh: true})` once and tries
+ * again; progress events reach `onProgress`; an attempt of the job that failed, which the
+ * plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
  * {@link DataPlaneError} (`status`, `code`, `message`, `jobId`; status 0 and code `NETWORK`
- * when no answer came at all); an aborted query rejects with an error named `AbortError`.
+ * when no answer came at all; a `CANCELLED` job's `cancellation` says who cancelled it and
+ * whether it ran); an aborted query rejects with an error named `AbortError`.
  */
 
 /** Codes for an error answer that names only its status (the BFF's own table). */
@@ -79,12 +81,16 @@ export class DataPlaneError extends Error {
   code: string;
   /** The job's id, when the error came after the job was enqueued. */
   jobId: string | null;
+  /** CANCELLED: who cancelled the job (its requesters, or an operator), whether it was
+   * running, and when; null for any other error (and a job an older plane cancelled). */
+  cancellation: Cancellation | null;
 
-  constructor({ status = 500, code, message, jobId = null, cause }: ErrorInit) {
+  constructor({ status = 500, code, message, jobId = null, cancellation, cause }: ErrorInit) {
     super(message || `request failed with status ${status}`, { cause });
     this.status = status;
     this.code = code || CODES[status] || "ERROR";
     this.jobId = jobId;
+    this.cancellation = cancellation || null;
   }
 }
 
@@ -93,7 +99,17 @@ export interface ErrorInit {
   code?: string;
   message?: string;
   jobId?: string | null;
+  cancellation?: Cancellation;
   cause?: unknown;
+}
+
+/** Who cancelled a job: every requester withdrew (`requesters`: the last one's abort), or
+ * an `operator` (named); whether it was running then, and when (ISO 8601). */
+export interface Cancellation {
+  by: "requesters" | "operator";
+  operator?: string;
+  whileRunning: boolean;
+  at?: string;
 }
 
 /** One operation's types: what it takes and what it answers. */
@@ -169,7 +185,7 @@ export interface Answer<T = unknown> {
   jobId: string;
   status: string;
   result?: T;
-  error?: { status: number; code?: string; message: string };
+  error?: { status: number; code?: string; message: string; cancellation?: Cancellation };
   blobRef?: { url: string; contentType: string; size: number; filename?: string };
   cache?: "hit" | "miss" | "bypass";
   coalesced?: boolean;
@@ -211,7 +227,13 @@ export interface QueryEvents {
   /** A failed attempt the job waits out before the next (first on a (re)connect). */
   retry: JobRetry;
   /** A server-sent error event, e.g. `code: "TIMEOUT"` (the client then polls) or "POISON". */
-  error: { jobId: string; code: string; message: string; status?: number };
+  error: {
+    jobId: string;
+    code: string;
+    message: string;
+    status?: number;
+    cancellation?: Cancellation;
+  };
   /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */
   poll: { jobId: string; httpStatus: number; status: string };
   /** The final answer, whether it came over the stream or by polling. */
@@ -224,8 +246,9 @@ export type QueryEvent = {
 }[keyof QueryEvents];
 
 export interface QueryOptions {
-  /** Aborting withdraws the job (DELETE), closes the stream, stops polling and rejects
-   * with an `AbortError`. */
+  /** Aborting withdraws the job (DELETE: cancelled, even running, when no other requester
+   * waits for it), closes the stream, stops polling and rejects with an `AbortError`. A
+   * closed page or a stream's TIMEOUT withdraws nothing: only an abort does. */
   signal?: AbortSignal;
   /** Every event; `(name, data) => { if (name === "done") data.cache }` narrows `data`. */
   onEvent?: (...event: QueryEvent) => void;
@@ -472,8 +495,10 @@ class Aborted extends Error {
   }
 }
 
-/** Withdraw this requester from the job (its signed pollUrl names the requester): a job
- * nobody else asked for is cancelled; one already running finishes (409), for the cache. */
+/** Withdraw this requester from the job (its signed pollUrl names the requester): 200, the
+ * job was cancelled (no other requester waits for it: pending, or running and its handler
+ * stopped); 202, others still wait and it runs on for them; 409, it had finished. The
+ * abort stands whatever the answer. */
 async function withdraw(doFetch: typeof globalThis.fetch, job: Queued | null): Promise<void> {
   if (!job) return;
   try {

@@ -20,8 +20,9 @@
  * or the params change: params are compared by their JSON (the body the POST sends, keys
  * sorted), so a params object built afresh on every render does not re-run it. A run that
  * is replaced (a change, `refetch()`, `enabled` turning false) or whose component unmounts
- * is aborted: the core client withdraws its job (`DELETE`; the job runs on for any other
- * requester) and closes its stream, and its rejection is ignored. Nothing is cached
+ * is aborted: the core client withdraws its job (`DELETE`: the job runs on for any other
+ * requester, and is cancelled, even running, when none is left) and closes its stream, and
+ * its rejection is ignored. Nothing is cached
  * between components: two components asking the same thing send two POSTs, which the
  * plane coalesces onto one job.
  *

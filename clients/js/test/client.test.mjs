@@ -110,6 +110,50 @@ test("abort while the POST is in flight still withdraws the job it queued", asyn
   });
 });
 
+test("abort of a running job stops it: cancelled by its requesters while it ran", async () => {
+  const ctrl = new AbortController();
+  let queued;
+  const aborted = probe({ preferWaitSeconds: 0 }).query(
+    "sleep",
+    { ms: 30_000 + (Date.now() % 1000) },
+    { signal: ctrl.signal, onEvent: (name, data) => name === "queued" && (queued = data) },
+  );
+  await until(() => queued, 10_000, "no queued event");
+  await untilAsync(async () => (await jobStatus(queued.jobId)) === "in_progress", 20_000);
+  const started = Date.now();
+  ctrl.abort();
+  await assert.rejects(aborted, { name: "AbortError" });
+  const answer = await pollAnswer(queued.jobId); // cancelled, not left running for 30 s
+  assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+  assert.equal(answer.status, "cancelled", JSON.stringify(answer));
+  assert.equal(answer.error.code, "CANCELLED");
+  assert.equal(answer.error.cancellation.by, "requesters");
+  assert.equal(answer.error.cancellation.whileRunning, true);
+  assert.match(answer.error.message, /cancelled by its requesters .* while it ran, at /);
+});
+
+test("an operator's cancel rejects with CANCELLED naming the operator", async () => {
+  let queued;
+  const query = probe({ preferWaitSeconds: 0 }).query(
+    "sleep",
+    { ms: 30_000 + (Date.now() % 1000) },
+    { onEvent: (name, data) => name === "queued" && (queued = data) },
+  );
+  const failed = query.catch((err) => err);
+  await until(() => queued, 10_000, "no queued event");
+  await untilAsync(async () => (await jobStatus(queued.jobId)) === "in_progress", 20_000);
+  await dataplane("jobs", "cancel", queued.jobId);
+  const err = await withTimeout(failed, 10_000, () => "the query did not end");
+  assert.ok(err instanceof DataPlaneError, String(err));
+  assert.equal(err.code, "CANCELLED");
+  assert.equal(err.status, 409);
+  assert.equal(err.jobId, queued.jobId);
+  assert.equal(err.cancellation.by, "operator");
+  assert.match(err.cancellation.operator, /^cli:/);
+  assert.equal(err.cancellation.whileRunning, true);
+  assert.match(err.message, /cancelled by the operator cli:\S+ while it ran, at /);
+});
+
 test("a 429 with Retry-After is retried within the budget, each retry seen by onRetry", async () => {
   const nonce = `share-${Date.now()}`;
   const client = probe({ preferWaitSeconds: 0 });
@@ -330,7 +374,12 @@ async function paused(queueType, body) {
 }
 
 function operator(action, queueType) {
-  const cli = spawn(process.env.DATAPLANE_BIN || "dataplane", ["queue", action, queueType], {
+  return dataplane("queue", action, queueType);
+}
+
+function dataplane(...args) {
+  // The `dataplane` CLI against the dev stack's queue DB (an operator's command).
+  const cli = spawn(process.env.DATAPLANE_BIN || "dataplane", args, {
     env: { ...process.env, MAESTRO_QUEUES_URL: queueDsn },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -339,10 +388,18 @@ function operator(action, queueType) {
   cli.stderr.on("data", (chunk) => (out += chunk));
   const exited = new Promise((resolve, reject) => {
     cli.on("exit", (code) =>
-      code === 0 ? resolve() : reject(new Error(`dataplane queue ${action} exited ${code}: ${out}`)),
+      code === 0 ? resolve() : reject(new Error(`dataplane ${args.join(" ")} exited ${code}: ${out}`)),
     );
   });
-  return withTimeout(exited, 30_000, () => `dataplane queue ${action} hung: ${out}`);
+  return withTimeout(exited, 30_000, () => `dataplane ${args.join(" ")} hung: ${out}`);
+}
+
+async function jobStatus(jobId) {
+  // The job's status as its poll says it, by the bearer (live: 202 with its status).
+  const resp = await fetch(`${base}/api/probe/q/${jobId}`, {
+    headers: { Authorization: `Bearer ${token}` },
+  });
+  return (await resp.json()).status;
 }
 
 async function pollAnswer(jobId) {
@@ -385,6 +442,14 @@ async function until(check, ms, what) {
   while (!check()) {
     if (Date.now() > end) throw new Error(what);
     await sleep(20);
+  }
+}
+
+async function untilAsync(check, ms) {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${check}`);
+    await sleep(50);
   }
 }
 

@@ -16,16 +16,18 @@
  * EventSource's own: it sends `Last-Event-ID`, so a reconnect never replays an event.
  *
  * What a browser needs besides: aborting a query withdraws it (`DELETE` of the job: this
- * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
- * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
- * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
- * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
+ * requester leaves it; a job no other requester waits for is cancelled, pending or
+ * running: its handler is stopped) before the promise rejects with an `AbortError`; a 429
+ * or 503 with `Retry-After` is retried, with jitter, within the caller's signal and a
+ * total budget (never another 4xx); a 401 asks `getToken({refresh: true})` once and tries
+ * again; progress events reach `onProgress`; an attempt of the job that failed, which the
+ * plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
  * {@link DataPlaneError} (`status`, `code`, `message`, `jobId`; status 0 and code `NETWORK`
- * when no answer came at all); an aborted query rejects with an error named `AbortError`.
+ * when no answer came at all; a `CANCELLED` job's `cancellation` says who cancelled it and
+ * whether it ran); an aborted query rejects with an error named `AbortError`.
  */
 /** An error answer of the data plane: HTTP 4xx/5xx, an error in the job's answer, or POISON. */
 export declare class DataPlaneError extends Error {
@@ -36,14 +38,26 @@ export declare class DataPlaneError extends Error {
     code: string;
     /** The job's id, when the error came after the job was enqueued. */
     jobId: string | null;
-    constructor({ status, code, message, jobId, cause }: ErrorInit);
+    /** CANCELLED: who cancelled the job (its requesters, or an operator), whether it was
+     * running, and when; null for any other error (and a job an older plane cancelled). */
+    cancellation: Cancellation | null;
+    constructor({ status, code, message, jobId, cancellation, cause }: ErrorInit);
 }
 export interface ErrorInit {
     status?: number;
     code?: string;
     message?: string;
     jobId?: string | null;
+    cancellation?: Cancellation;
     cause?: unknown;
+}
+/** Who cancelled a job: every requester withdrew (`requesters`: the last one's abort), or
+ * an `operator` (named); whether it was running then, and when (ISO 8601). */
+export interface Cancellation {
+    by: "requesters" | "operator";
+    operator?: string;
+    whileRunning: boolean;
+    at?: string;
 }
 /** One operation's types: what it takes and what it answers. */
 export interface OperationTypes {
@@ -125,6 +139,7 @@ export interface Answer<T = unknown> {
         status: number;
         code?: string;
         message: string;
+        cancellation?: Cancellation;
     };
     blobRef?: {
         url: string;
@@ -180,6 +195,7 @@ export interface QueryEvents {
         code: string;
         message: string;
         status?: number;
+        cancellation?: Cancellation;
     };
     /** One poll: `httpStatus` 202 while the job is live, 200 with the answer. */
     poll: {
@@ -195,8 +211,9 @@ export type QueryEvent = {
     [K in keyof QueryEvents]: [name: K, data: QueryEvents[K]];
 }[keyof QueryEvents];
 export interface QueryOptions {
-    /** Aborting withdraws the job (DELETE), closes the stream, stops polling and rejects
-     * with an `AbortError`. */
+    /** Aborting withdraws the job (DELETE: cancelled, even running, when no other requester
+     * waits for it), closes the stream, stops polling and rejects with an `AbortError`. A
+     * closed page or a stream's TIMEOUT withdraws nothing: only an abort does. */
     signal?: AbortSignal;
     /** Every event; `(name, data) => { if (name === "done") data.cache }` narrows `data`. */
     onEvent?: (...event: QueryEvent) => void;

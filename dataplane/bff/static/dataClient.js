@@ -16,16 +16,18 @@
  * EventSource's own: it sends `Last-Event-ID`, so a reconnect never replays an event.
  *
  * What a browser needs besides: aborting a query withdraws it (`DELETE` of the job: this
- * requester leaves it; a job nobody else asked for is cancelled) before the promise rejects
- * with an `AbortError`; a 429 or 503 with `Retry-After` is retried, with jitter, within the
- * caller's signal and a total budget (never another 4xx); a 401 asks `getToken({refresh:
- * true})` once and tries again; progress events reach `onProgress`; an attempt of the job
- * that failed, which the plane tries again after its backoff, reaches `onJobRetry`.
+ * requester leaves it; a job no other requester waits for is cancelled, pending or
+ * running: its handler is stopped) before the promise rejects with an `AbortError`; a 429
+ * or 503 with `Retry-After` is retried, with jitter, within the caller's signal and a
+ * total budget (never another 4xx); a 401 asks `getToken({refresh: true})` once and tries
+ * again; progress events reach `onProgress`; an attempt of the job that failed, which the
+ * plane tries again after its backoff, reaches `onJobRetry`.
  *
  * It resolves with the operation's `result`; a blob answer (a PDF, a large result) resolves
  * with `{blob, contentType, filename, size}`. Every failure rejects with a
  * {@link DataPlaneError} (`status`, `code`, `message`, `jobId`; status 0 and code `NETWORK`
- * when no answer came at all); an aborted query rejects with an error named `AbortError`.
+ * when no answer came at all; a `CANCELLED` job's `cancellation` says who cancelled it and
+ * whether it ran); an aborted query rejects with an error named `AbortError`.
  */
 /** Codes for an error answer that names only its status (the BFF's own table). */
 const CODES = {
@@ -76,11 +78,15 @@ export class DataPlaneError extends Error {
     code;
     /** The job's id, when the error came after the job was enqueued. */
     jobId;
-    constructor({ status = 500, code, message, jobId = null, cause }) {
+    /** CANCELLED: who cancelled the job (its requesters, or an operator), whether it was
+     * running, and when; null for any other error (and a job an older plane cancelled). */
+    cancellation;
+    constructor({ status = 500, code, message, jobId = null, cancellation, cause }) {
         super(message || `request failed with status ${status}`, { cause });
         this.status = status;
         this.code = code || CODES[status] || "ERROR";
         this.jobId = jobId;
+        this.cancellation = cancellation || null;
     }
 }
 /** One client for every surface of a plane: `query(surface, operation, params)`. */
@@ -271,8 +277,10 @@ class Aborted extends Error {
         this.job = job;
     }
 }
-/** Withdraw this requester from the job (its signed pollUrl names the requester): a job
- * nobody else asked for is cancelled; one already running finishes (409), for the cache. */
+/** Withdraw this requester from the job (its signed pollUrl names the requester): 200, the
+ * job was cancelled (no other requester waits for it: pending, or running and its handler
+ * stopped); 202, others still wait and it runs on for them; 409, it had finished. The
+ * abort stands whatever the answer. */
 async function withdraw(doFetch, job) {
     if (!job)
         return;

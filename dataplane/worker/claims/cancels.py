@@ -1,6 +1,7 @@
-"""Operators' cancels of running jobs, heard on the type's cancel channel.
+"""Cancels of running jobs, heard on the type's cancel channel.
 
-An operator's cancel (:mod:`dataplane.operator.cancel`) makes a running job's row
+An operator's cancel (:mod:`dataplane.operator.cancel`), or the withdrawal of a running
+job's last requester (the BFF's ``DELETE``, ``job_cancel``), makes its row
 ``cancelled`` and notifies ``surface_<id>[_dev]_cancel`` with its id; every worker of
 the type LISTENs there (the worker's listener). :meth:`CancelWatch.heard` takes the
 notify without blocking: one for a job this worker does not hold, or not an id at all,
@@ -42,7 +43,7 @@ class CancelWatch:
     def __init__(self, queue: QueueClient, held: HeldJobs) -> None:
         self.queue = queue
         self.held = held
-        self.cancelled = 0  # executions cancelled for an operator
+        self.cancelled = 0  # executions cancelled (for an operator or the requesters)
         self.ignored = 0  # notifies of no held claim, or not an id, or queued too many
         self.refused = 0  # notifies of a held claim whose row was not cancelled
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](QUEUE_SIZE)
@@ -84,7 +85,7 @@ class CancelWatch:
         except DatabaseError as exc:
             log.warning("job %s: cannot check a cancel notify (%s); its lease decides", job.id, exc)
             return
-        if not cancelled:
+        if cancelled is None:
             self.refused += 1
             log.warning("job %s: a cancel notify, but its row is not cancelled: ignored", job.id)
             return
@@ -93,9 +94,12 @@ class CancelWatch:
         running.cancelled = running.lost = True
         running.scope.cancel()
         self.cancelled += 1
+        who = "its requesters" if cancelled.by == "requesters" else "an operator"
         log.warning(
-            "job %s (%s, attempt %d): cancelled by an operator; cancelling its handler",
+            "job %s (%s, attempt %d): cancelled by %s%s; cancelling its handler",
             job.id,
             job.type,
             job.dequeue_count,
+            who,
+            f" ({cancelled.operator})" if cancelled.operator else "",
         )

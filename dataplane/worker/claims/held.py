@@ -50,7 +50,7 @@ class Running:
     finishing: bool = False  # handed to the completer: a missed renewal is not a loss
     finished: bool = False  # its row was written (or the write was refused)
     lost: bool = False  # a renewal found the claim gone: its work is dropped
-    cancelled: bool = False  # an operator cancelled the row (lost too: its work is dropped)
+    cancelled: bool = False  # its row was cancelled (lost too: its work is dropped)
     deadline: float = math.inf  # Trio time its execution must end by (while it executes)
     timed_out: bool = False  # cancelled at its deadline (see dataplane.worker.pipeline.deadlines)
 

@@ -9,9 +9,10 @@ Outcomes (:class:`~telemetry.report.Outcome`): an ``HttpError`` (or
 a malformed envelope, a 400) completes the job with an error payload, ``error``;
 any other exception fails it, ``failed`` (retried after the backoff) or
 ``poison`` (at the cutoff); a fenced-out write, or a renewal that found the
-claim gone, means the lease was lost, ``lost``, and the work is dropped; a job an
-operator cancelled (:mod:`dataplane.worker.claims.cancels`) is dropped alike, its row
-already final, ``cancelled``; a job cancelled by shutdown past the grace period is
+claim gone, means the lease was lost, ``lost``, and the work is dropped; a job
+cancelled while it ran, by an operator or by its last requester's withdrawal
+(:mod:`dataplane.worker.claims.cancels`), is dropped alike, its row already final,
+``cancelled``; a job cancelled by shutdown past the grace period is
 handed back, ``released``. A
 queue DB out of reach when the outcome is written leaves the row to its lease.
 
@@ -112,7 +113,7 @@ class JobExecutor:
             with attempt.current():
                 result = await self._execute(running, attempt)
                 attempt.ended_as(result)
-            if running.cancelled:  # by an operator: its row is final already
+            if running.cancelled:  # by an operator or its requesters: the row is final
                 result = JobResult(
                     Outcome.CANCELLED, result.operation, result.cache, result.coalesced, "Cancelled"
                 )
@@ -169,8 +170,8 @@ class JobExecutor:
             )
             outcome = Outcome.DONE
         except _ClaimLost:
-            # A renewal found the claim gone, or an operator cancelled the row, and
-            # cancelled the execution: drop the work.
+            # A renewal found the claim gone, or the row was cancelled, and cancelled
+            # the execution: drop the work.
             if running.cancelled:
                 attempt.cancelled()
                 return JobResult(Outcome.CANCELLED, operation, cache, error_type="Cancelled")

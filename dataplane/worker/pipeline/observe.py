@@ -232,10 +232,11 @@ class Attempt:
             failed(self.span, "LEASE_LOST", "a renewal found the claim gone")
 
     def cancelled(self) -> None:
-        """An operator cancelled the row and the worker its execution."""
+        """The row was cancelled (by its requesters or an operator), and the worker
+        cancelled its execution."""
         if self.span.is_recording():
             self.span.add_event("CANCELLED", attempt_event(self.job))
-            failed(self.span, "CANCELLED", "an operator cancelled the job")
+            failed(self.span, "CANCELLED", "the job was cancelled while it ran")
 
     def failed(self, exc: Exception) -> None:
         """The handler (or the job's checks) raised: the attempt failed."""
