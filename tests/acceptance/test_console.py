@@ -12,16 +12,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 
 from tests.console import (
     TRACE_URL,
+    VIEWER,
     Console,
     operator_token,
     running_console,
     viewer_token,
 )
-from tests.helpers import token
+from tests.helpers import JWT_SECRET, token
 
 VENDOR = Path(__file__).resolve().parents[2] / "dataplane" / "console" / "static" / "vendor"
 # npm pack htmx.org@2.0.11 and htmx-ext-sse@2.2.4: dist/htmx.min.js, dist/sse.js, LICENSE.
@@ -131,6 +133,10 @@ def test_login_sets_a_strict_httponly_cookie_and_checks_the_origin(console: Cons
         browser.cookies.clear()
         as_json = browser.post("/login", json={"token": viewer_token()})
         assert as_json.status_code == 415, as_json.text
+        for exp in (10**20, 10**400):  # a cookie cannot expire then: was a 500
+            claims = {"sub": "v", "roles": VIEWER, "exp": exp}
+            forever = browser.post("/login", data={"token": jwt.encode(claims, JWT_SECRET)})
+            assert forever.status_code == 401 and "exp" in forever.text, forever.text
         resp = browser.post("/login", data={"token": viewer_token()})
         assert resp.status_code == 303 and resp.headers["Location"] == "/"
         cookie = resp.headers["Set-Cookie"]
