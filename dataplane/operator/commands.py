@@ -130,6 +130,8 @@ async def _database(name: str) -> AsyncIterator[Database]:
 
 
 async def _jobs(args: argparse.Namespace) -> int:
+    if args.every and (args.action not in ("retry", "discard") or args.job_id):
+        raise InvalidArgument("--all is for a bulk retry or discard, without a job id")
     if args.action == "show":
         return await _show(_job_id(args.job_id))
     if args.action == "cancel":
@@ -150,8 +152,6 @@ async def _jobs(args: argparse.Namespace) -> int:
         until=_time(args.until, "until"),
         job_id=_job_id(args.job_id) if args.job_id else None,
     )
-    if args.every and (args.action == "list" or flt.job_id is not None):
-        raise InvalidArgument("--all is for a bulk retry or discard, without a job id")
     if args.action == "list":
         return await _list(flt, LIST_LIMIT if args.limit is None else args.limit)
     if flt.job_id is not None:

@@ -126,8 +126,9 @@ async def test_a_bulk_action_without_a_filter_needs_all(queue: QueueClient, queu
         assert refused.stderr.decode().count("\n") == 1 and b"--all" in refused.stderr
         both = await cli(queue_dsn, "jobs", action, "--all", "--type", "surface-probe", "--yes")
         assert both.returncode == 2 and b"without a filter" in both.stderr, both.stderr
-    listing = await cli(queue_dsn, "jobs", "list", "--all")
-    assert listing.returncode == 2, listing.stderr
+    for other in (("list",), ("show", str(probe[0])), ("retry", str(probe[0]))):
+        refused = await cli(queue_dsn, "jobs", *other, "--all")
+        assert refused.returncode == 2 and b"--all is for" in refused.stderr, other
     assert {await status_of(queue, i) for i in (*probe, *dev)} == {"poison"}
     assert await list_audit(queue.db) == []
 
