@@ -115,9 +115,12 @@ def _cmd_surfaces(args: argparse.Namespace) -> int:
 def _cmd_new_surface(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from dataplane.surfaces import SurfacesConfig
     from dataplane.surfaces.scaffold import scaffold
 
-    root = scaffold(args.name, Path(args.dir))
+    registry = from_env(SurfacesConfig, probe_enabled=True).registry()
+    registered = {sid: entry.origin for sid, entry in registry.entries.items()}
+    root = scaffold(args.name, Path(args.dir), registered)
     print(f"wrote {root}: pip install -e '{root}[test]' && python -m pytest {root}")
     return 0
 

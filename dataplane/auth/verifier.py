@@ -6,7 +6,8 @@ configuration: HS256 with ``DATAPLANE_JWT_SECRET``, or RS256 / ES256 with the PE
 an identity provider's JWKS (``DATAPLANE_JWT_JWKS_URL``,
 :class:`~dataplane.auth.jwks.JwksKeys`: each key with its own asymmetric algorithm,
 ``kid`` required). ``none`` is never
-accepted, ``exp`` is required (30 s leeway), ``aud``/``iss`` are checked when
+accepted, ``exp`` is required (30 s leeway) and at most :data:`MAX_EXP` (a time a
+cookie's expiry and a float can hold), ``aud``/``iss`` are checked when
 configured, and the claims the envelope needs must be present and well typed;
 no claim may hold NUL or an unpaired surrogate (one 401 message for all:
 :mod:`dataplane.auth.claims`).
@@ -35,6 +36,7 @@ from dataplane.core.errors import ConfigError
 from dataplane.queue.envelope import Auth
 
 LEEWAY_SECONDS = 30  # clock skew tolerated on exp/nbf/iat
+MAX_EXP = 253_402_300_799  # epoch seconds of 9999-12-31T23:59:59Z: the last time we hold
 MAX_TOKEN_BYTES = 8192
 
 
@@ -168,4 +170,6 @@ class JwtVerifier:
             raise AuthError(f"token algorithm not accepted (expected {algorithm})") from None
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
+        if not claims["exp"] <= MAX_EXP:  # a number here: PyJWT checked it is one
+            raise AuthError("invalid token: its exp is after the year 9999")
         return claims

@@ -4,7 +4,8 @@ Generated from the manifest, so the schemas the BFF validates with are the ones
 published. The POST body of each surface is a ``oneOf`` over its operations,
 each fixing ``operation`` with ``const``. The named schemas every surface shares (an
 error, a queued job, a live one with its progress and retry, an answer) are
-:mod:`dataplane.bff.openapi_schemas`'s; the paths are here.
+:mod:`dataplane.bff.openapi_schemas`'s; the edge's statuses :mod:`.openapi_edge`'s; the
+paths are here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import __version__
+from dataplane.bff import openapi_edge, openapi_invalidate
 from dataplane.bff.openapi_schemas import COMPONENTS
 from dataplane.surfaces.manifest import Gate, Surface
 
@@ -124,7 +126,7 @@ def openapi_document(surfaces: dict[str, Surface]) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Surface Data Plane", "version": __version__},
-        "paths": paths,
+        "paths": openapi_edge.with_edge_statuses(paths),
         "components": {**COMPONENTS, "schemas": schemas},
     }
 
@@ -162,13 +164,14 @@ def _result_schemas(sid: str, surface: Surface) -> dict[str, Any]:
 
 
 def _surface_paths(sid: str, surface: Surface) -> dict[str, Any]:
-    """The four routes of one surface: enqueue, poll, stream, blob."""
+    """The routes of one surface: enqueue, poll, stream, blob; invalidate."""
     base = f"/api/{sid}/q"
     return {
         base: _enqueue_path(sid, surface),
         base + "/{jobId}": _job_path(sid, surface),
         base + "/{jobId}/stream": _stream_path(sid),
         base + "/{jobId}/blob": _blob_path(sid),
+        f"/api/{sid}/invalidate": openapi_invalidate.invalidate_path(sid),
     }
 
 

@@ -22,6 +22,14 @@ edge replaces for speed (``docs/known-issues.md`` 4 and 6).
   the app's cancellations, but ends (and closes the connection) when the connection's
   own tasks are cancelled: at the end of the shutdown's grace.
 
+* **A request refused before it is parsed says why, as every error of ours does.**
+  h11 refuses a head over ``h11_max_incomplete_size`` (Hypercorn's default: 16 KiB; a
+  100 KB ``Authorization``) with ``431``, and a malformed one with ``400``; Hypercorn
+  answered those with an empty body. :meth:`HTTP11OnlyProtocol._send_error_response`
+  answers the JSON error body (``{"error": {"status", "code", "message"}}``) and
+  closes. The head was not read, so no ``Accept`` chooses another form (the console's
+  HTML error page): every client gets the JSON.
+
 * **A connection's failure ends that connection.** An exception out of the protocol
   (a defect of ours or of h11/Hypercorn, found by a byte no test sent) would end the
   server's nursery, and the process with it; :class:`HTTP11OnlyProtocolWrapper` logs
@@ -36,6 +44,7 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -51,16 +60,25 @@ log = logging.getLogger(__name__)
 
 HTTP1_VERSIONS = frozenset((b"1.0", b"1.1"))  # h11's request-line versions we serve
 ALPN = ("http/1.1",)  # what TLS offers
-REFUSAL = json.dumps(
-    {
-        "error": {
-            "status": 505,
-            "code": "HTTP_VERSION_NOT_SUPPORTED",
-            "message": "this server speaks HTTP/1.1 only",
-        }
-    },
-    separators=(",", ":"),
-).encode()
+
+
+def error_body(status: int, message: str) -> bytes:
+    """Our JSON error body, for an answer sent below the app (no ``ApiError`` there)."""
+    try:
+        code = HTTPStatus(status).name
+    except ValueError:
+        code = "ERROR"
+    error = {"status": status, "code": code, "message": message}
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
+
+
+REFUSAL = error_body(505, "this server speaks HTTP/1.1 only")
+
+
+def _refusal_message(status: int, head_limit: int) -> str:
+    if status == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+        return f"the request's head (its request line and header fields) is over {head_limit} bytes"
+    return "a malformed HTTP/1.1 request: it could not be parsed"
 
 
 class VersionRefused(Exception):
@@ -80,6 +98,22 @@ class HTTP11OnlyProtocol(H11Protocol):
         if event.http_version not in HTTP1_VERSIONS:
             await self.refuse_version(head=event.method == b"HEAD")
             raise VersionRefused(event.http_version)
+
+    async def _send_error_response(self, status_code: int) -> None:
+        """What h11 refused (``431``: a head too large; ``400``: a malformed one),
+        answered with our JSON error body; the caller closes the connection."""
+        body = error_body(
+            status_code, _refusal_message(status_code, self.config.h11_max_incomplete_size)
+        )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *self.config.response_headers("h11"),
+        ]
+        await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
+        await self._send_h11_event(h11.Data(data=body))
+        await self._send_h11_event(h11.EndOfMessage())
 
     async def refuse_version(self, *, head: bool = False) -> None:
         """Answer ``505`` with the JSON error body (its length only, to a ``HEAD``:

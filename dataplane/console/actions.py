@@ -5,7 +5,9 @@ retry|discard|cancel``, ``dataplane queue pause|resume``): each changes rows and
 its audit row in one transaction. This adapter is the only place the console calls
 them, and it maps their errors onto answers: a bad argument 400, an unknown job 404, a
 cancel of a finished job 409 naming the job's status, the queue DB out of reach or
-refusing 503. A bulk action takes poison rows unless the filter names another status.
+refusing 503. A bulk action takes poison rows unless the filter names another status;
+without a filter beyond the status it takes every job only when the operator chose
+"all" (``every``; :func:`dataplane.operator.jobs.check_scope`), else a 400 saying so.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Done:
     rows: int
 
 
+def narrowed(selected: JobFilter) -> bool:
+    """Whether ``selected`` names anything beyond a status (else an action needs all)."""
+    return _operator_filter(selected, None).narrowed
+
+
 def _operator_filter(selected: JobFilter, job_id: uuid.UUID | None) -> jobs.JobFilter:
     if job_id is not None:  # one job, whatever its status the action may take
         return jobs.JobFilter(status=None, job_id=job_id)
@@ -53,6 +60,8 @@ def _operator_filter(selected: JobFilter, job_id: uuid.UUID | None) -> jobs.JobF
 async def _call(coro: Awaitable[T]) -> T:
     try:
         return await coro
+    except jobs.Unfiltered as exc:
+        raise ApiError(400, f"{exc}: the confirm page asks for it (the form field all=1)") from None
     except InvalidArgument as exc:
         raise ApiError(400, str(exc)) from None
     except NotFound as exc:
@@ -77,12 +86,15 @@ async def bulk(
     action: str,
     selected: JobFilter,
     job_id: uuid.UUID | None = None,
+    *,
+    every: bool = False,
 ) -> Done:
-    """Retry or discard one job (``job_id``) or every job ``selected`` matches."""
+    """Retry or discard one job (``job_id``) or every job ``selected`` matches (every
+    job of every type only with ``every``)."""
     if action not in BULK:
         raise ApiError(400, f"action must be retry or discard, got {action!r}")
     act = jobs.retry if action == "retry" else jobs.discard
-    rows = await _call(act(db, operator, _operator_filter(selected, job_id)))
+    rows = await _call(act(db, operator, _operator_filter(selected, job_id), every=every))
     if job_id is not None and rows == 0:
         if not await _call(jobs.count(db, jobs.JobFilter(status=None, job_id=job_id))):
             raise ApiError(404, f"no job {job_id}")

@@ -122,7 +122,10 @@ def create_app() -> QuartTrio:
     async def harden(response: Response) -> Response:
         response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "no-referrer"
+        # same-origin, not no-referrer: under no-referrer a browser sends its own form's
+        # POST with Origin: null, which /login refuses (an opaque origin could be any
+        # site); another origin still gets no Referer (a job page's trace link).
+        response.headers["Referrer-Policy"] = "same-origin"
         response.headers["X-Frame-Options"] = "DENY"
         if not request.path.startswith("/static/"):
             response.headers["Cache-Control"] = "no-store"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.maintenance.retention import DONE_RETENTION_SECONDS
+from dataplane.operator.jobs import parse_time
 from dataplane.queue.records import Cancellation
 from dataplane.queue.types import STATUSES, QueueType
 
@@ -144,15 +145,7 @@ class JobFilter:
 
 def _time(args: Any, name: str) -> datetime | None:
     raw = (args.get(name) or "").strip()
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name} must be an ISO 8601 time, got {raw[:40]!r}") from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)  # a browser's datetime-local: taken as UTC
-    return value
+    return parse_time(raw, name) if raw else None  # a browser's datetime-local: UTC
 
 
 @dataclass
@@ -167,8 +160,8 @@ def parse_cursor(raw: str | None) -> tuple[datetime, uuid.UUID] | None:
         return None
     at, _, job_id = raw.rpartition("_")
     try:
-        return datetime.fromisoformat(at), uuid.UUID(job_id)
-    except ValueError:
+        return parse_time(at, "after"), uuid.UUID(job_id)
+    except ValueError:  # InvalidArgument included
         raise InvalidArgument("after must be a cursor from a previous page") from None
 
 
@@ -243,20 +236,24 @@ def parse_since(raw: str | None, now: datetime) -> datetime:
     ``1h``, ``1d``) or an ISO 8601 time; an hour when absent; at most :data:`MAX_SINCE`
     back (done jobs are not kept longer)."""
     raw = (raw or "").strip() or "1h"
+    hours = MAX_SINCE.total_seconds() / 3600
+    too_far = f"since: at most {hours:g} h back (done jobs are kept {hours:g} h), got {raw[:40]}"
     found = _SINCE.fullmatch(raw)
     if found:
-        start = now - timedelta(seconds=int(found[1]) * _UNIT[found[2]])
-    else:
-        try:
-            start = datetime.fromisoformat(raw)
-        except ValueError:
-            raise InvalidArgument(
-                f"since is a duration (90s, 30m, 1h, 1d) or an ISO 8601 time, got {raw[:40]!r}"
-            ) from None
-        start = start if start.tzinfo else start.replace(tzinfo=UTC)
+        back = timedelta(seconds=int(found[1]) * _UNIT[found[2]])
+        if back > MAX_SINCE:  # checked before the subtraction: 999999d is before year 1
+            raise InvalidArgument(too_far)
+        return now - back
+    try:
+        start = parse_time(raw, "since")
+    except InvalidArgument as exc:
+        raise InvalidArgument(
+            f"since is a duration (90s, 30m, 1h, 1d) or an ISO 8601 time: {exc}"
+        ) from None
     if start < now - MAX_SINCE:
-        hours = MAX_SINCE.total_seconds() / 3600
-        raise InvalidArgument(f"since: at most {hours:g} h back (done jobs are kept {hours:g} h)")
+        raise InvalidArgument(too_far)
+    if start > now:
+        raise InvalidArgument(f"since is in the future, got {raw[:40]}")
     return start
 
 

@@ -20,7 +20,8 @@ Roles (the ``roles`` claim, a list of strings): :data:`OPERATOR` reads and acts,
 :data:`VIEWER` reads only. No token or a bad one is 401; a verified token with neither
 role (an end user's) is 403 on every route; a viewer's action is 403.
 
-CSRF: every POST (but ``/login``, which has no session yet and checks ``Origin``)
+CSRF: every POST (but ``/login``, which has no session yet and checks ``Origin``: its
+own origin only, never ``null``)
 carries the CSRF token of its credential, in the form field ``csrf`` or the header
 ``X-CSRF-Token``: an HMAC of the credential's digest under the console's key
 (``DATAPLANE_CONSOLE_SECRET``, else a key per process), so it needs no storage, differs
@@ -147,12 +148,17 @@ def require_operator(caller: Caller) -> None:
 
 
 def same_origin() -> None:
-    """403 when a browser says the form came from another origin (login CSRF)."""
+    """403 when a browser says the form came from another origin (login CSRF), or from
+    an opaque one (``Origin: null``: a sandboxed frame, a ``data:`` page, a redirect
+    across sites), which could be any site. No ``Origin`` at all is not a browser's
+    form (browsers send one with every POST): a script's sign-in, let through."""
     origin = request.headers.get("Origin")
-    if origin and origin != "null":
-        expected = f"{request.scheme}://{request.host}"
-        if origin != expected:
-            raise ApiError(403, f"a sign-in from {origin} is refused: use this console's page")
+    if origin is None:
+        return
+    expected = f"{request.scheme}://{request.host}"
+    if origin != expected:
+        shown = origin[:100] or "an empty Origin"
+        raise ApiError(403, f"a sign-in from {shown} is refused: use this console's page")
 
 
 def local_path(raw: object) -> str:

@@ -6,7 +6,8 @@
     GET  /jobs/<id>              one job: envelope (no credential), params, attempts, trace
     GET  /jobs/slowest           303 to the slowest recent done job's page (since, type)
     GET  /jobs/confirm           a bulk action's dry run: the count, and the form to confirm
-    POST /jobs/retry|discard     a bulk action on a filter (operator, CSRF)
+                                 (operator; no filter beyond status: the form asks "all")
+    POST /jobs/retry|discard     a bulk action on a filter, or on all (operator, CSRF)
     POST /jobs/<id>/retry|discard|cancel           one job (operator, CSRF)
     POST /queues/<type>/pause|resume               a queue type (operator, CSRF)
     GET  /audit                  the operators' actions, newest first
@@ -16,7 +17,9 @@
     GET  /overview.json          the wallboard's cards as JSON
 
 Every route but ``/healthz``, ``/readyz`` and ``/login`` needs a console role (401/403:
-:mod:`dataplane.console.session`); every POST its CSRF token.
+:mod:`dataplane.console.session`); every POST its CSRF token and a form body with only
+its route's fields (415, 400: :mod:`dataplane.console.forms`); a number or time out of
+its range is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from quart import Blueprint, Response, current_app, g, render_template, request
 
 from dataplane.console import actions
 from dataplane.console.board import BoardFull
+from dataplane.console.forms import ALL_FIELD, FILTER_FIELDS, action_form, check_fields, wants_all
 from dataplane.console.reads import (
+    MAX_PAGE_SIZE,
+    PAGE_SIZE,
     SLOWEST_SAMPLE,
     JobFilter,
     job_detail,
@@ -56,6 +62,7 @@ from dataplane.db import Database
 from dataplane.http import ApiError, json_response
 from dataplane.http.serve import cancelled_on_stop
 from dataplane.operator import list_audit
+from dataplane.operator.audit import MAX_AUDIT_ID
 from dataplane.operator.jobs import BULK_MAX
 from dataplane.queue.types import QueueType
 
@@ -182,21 +189,26 @@ async def events() -> Response:
 async def jobs() -> Response:
     caller()
     selected = _checked(JobFilter.from_args, request.args)
-    limit = _int_arg("limit", 50)
+    limit = _int_arg("limit", 1, MAX_PAGE_SIZE) or PAGE_SIZE
     found = await _guarded(
         list_jobs(database(), selected, after=request.args.get("after"), limit=limit)
     )
     return await page("jobs.html", jobs=found, filter=selected, query=selected.query())
 
 
-def _int_arg(name: str, default: int) -> int:
+def _int_arg(name: str, low: int, high: int) -> int | None:
+    """The query's integer ``name`` in ``low..high`` (``low`` >= 1), None when absent;
+    else 400 naming it."""
     raw = request.args.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ApiError(400, f"{name} must be an integer") from None
+        raise ApiError(400, f"{name} must be an integer, got {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise ApiError(400, f"{name} must be in {low}..{high}, got {raw[:40]}")
+    return value
 
 
 @views.get("/jobs/slowest")
@@ -236,7 +248,7 @@ async def job(job_id: str) -> Response:
 @views.get("/audit")
 async def audit() -> Response:
     caller()
-    before = _int_arg("before", 0) or None
+    before = _int_arg("before", 1, MAX_AUDIT_ID)
     rows = await _guarded(list_audit(database(), limit=100, before=before))
     return await page("audit.html", rows=rows)
 
@@ -259,7 +271,7 @@ async def login_form() -> Response:
 @views.post("/login")
 async def login() -> Response:
     same_origin()
-    form = await request.form
+    form = await action_form(("token", "next"))
     token = (form.get("token") or "").strip()
     state = _state()
     if state.sessions is None:
@@ -275,7 +287,7 @@ async def login() -> Response:
 @views.post("/logout")
 async def logout() -> Response:
     me = caller()
-    require_csrf(me, await request.form)
+    require_csrf(me, await action_form())
     resp = _see_other("/login")
     clear_session(resp)
     return resp
@@ -284,10 +296,11 @@ async def logout() -> Response:
 # -- actions -------------------------------------------------------------------------
 
 
-async def _acting() -> tuple[Caller, Any]:
-    """The caller, checked for an action: an operator with the CSRF token."""
+async def _acting(fields: tuple[str, ...] = ()) -> tuple[Caller, Any]:
+    """The caller, checked for an action: an operator with the CSRF token, in a form
+    of ``fields`` (and ``csrf``) only."""
     me = caller()
-    form = await request.form
+    form = await action_form(fields)
     require_csrf(me, form)
     require_operator(me)
     return me, form
@@ -295,17 +308,32 @@ async def _acting() -> tuple[Caller, Any]:
 
 @views.get("/jobs/confirm")
 async def confirm() -> Response:
+    """A bulk action's dry run, for operators only: the count, and the form that
+    confirms it; without a filter beyond status the form asks the operator to choose
+    every job ("all"), which the action needs then."""
     me = caller()
+    require_operator(me)
+    check_fields(request.args, {"action", ALL_FIELD, *FILTER_FIELDS}, "query field")
     action = request.args.get("action", "")
     if action not in actions.BULK:
         raise ApiError(400, "action must be retry or discard")
     args = request.args.to_dict()
     args.setdefault("status", "poison")
     selected = _checked(JobFilter.from_args, args)
+    every = wants_all(request.args)
     await _check_type(selected.type)
+    unfiltered = not actions.narrowed(selected)
+    if every and not unfiltered:
+        raise ApiError(400, "all means every job of every type and client: drop the filter")
     n = await actions.count(database(), me.operator, action, selected)  # a dry run
     return await page(
-        "confirm.html", action=action, count=n, query=selected.query(), bulk_max=BULK_MAX
+        "confirm.html",
+        action=action,
+        count=n,
+        query=selected.query(),
+        bulk_max=BULK_MAX,
+        unfiltered=unfiltered,
+        job_status=selected.status,
     )
 
 
@@ -319,12 +347,13 @@ async def _check_type(queue_type: str | None) -> None:
 
 @views.post("/jobs/<action>")
 async def bulk(action: str) -> Response:
-    me, form = await _acting()
+    me, form = await _acting((*FILTER_FIELDS, ALL_FIELD))
     if action not in actions.BULK:
         raise ApiError(404, f"no action {action!r}")
     selected = _checked(JobFilter.from_args, form)
+    every = wants_all(form)
     await _check_type(selected.type)
-    done = await actions.bulk(database(), me.operator, action, selected)
+    done = await actions.bulk(database(), me.operator, action, selected, every=every)
     return await page("done.html", done=done)
 
 

@@ -9,8 +9,10 @@ bff``: Hypercorn's trio worker in the process), one worker per demo surface plus
 operators' console (``dataplane console``, as a login of ``dataplane_operator``).
 Every child serves Prometheus metrics on a port of its own (the BFF and capcom on
 ``/metrics`` of their HTTP port, each worker on ``DATAPLANE_METRICS_PORT``), printed
-with the URLs. ``--base-port N`` pins every port it listens on, Postgres's included, to
-an offset from N (:mod:`dataplane.dev.ports`). ``--otlp URL`` points every child's
+with the URLs, and so are the ``export`` lines that let the CLI of a second shell act on
+this plane (:func:`exports`: the operator login's queue URL, the workers' notify
+secret). ``--base-port N`` pins every port it listens on, Postgres's included, to an
+offset from N (:mod:`dataplane.dev.ports`). ``--otlp URL`` points every child's
 OTLP exporter at one endpoint. A child that dies is logged and restarted with
 backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
 terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
@@ -30,6 +32,7 @@ import importlib.util
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -196,6 +199,20 @@ def _children(
     return children
 
 
+def exports(logins: dict[str, str], children: list[Child]) -> list[str]:
+    """``export`` lines for a second shell's CLI: ``MAESTRO_QUEUES_URL`` as the operator
+    login (a member of ``dataplane_operator``: ``dataplane jobs``, ``queue``, ``audit``;
+    ``dataplane invalidate`` needs only to connect), and ``DATAPLANE_NOTIFY_SECRET``, the
+    workers' (they believe only an invalidation sealed with it). Valid while this runs:
+    each run gives the logins new passwords and the plane a new secret."""
+    secret = next(
+        (c.env["DATAPLANE_NOTIFY_SECRET"] for c in children if "DATAPLANE_NOTIFY_SECRET" in c.env),
+        None,
+    )
+    found = {"MAESTRO_QUEUES_URL": logins["operator"], "DATAPLANE_NOTIFY_SECRET": secret}
+    return [f"export {name}={shlex.quote(value)}" for name, value in found.items() if value]
+
+
 def metrics_urls(children: list[Child], port: int, capcom_port: int | None) -> dict[str, str]:
     """Where each child serves its Prometheus metrics."""
     urls = {}
@@ -275,6 +292,9 @@ async def _run(
                     *(f"    {name:<{width}}  {u}" for name, u in metrics.items()),
                     f"  OTLP:           {otlp or 'off (dataplane dev --otlp URL)'}",
                     f"  Queue DB:       {queue_dsn}",
+                    "  The CLI from another shell (jobs, queue, audit, invalidate), while this"
+                    " runs:",
+                    *(f"    {line}" for line in exports(logins, children)),
                     f"  Logs:           {log_dir}/",
                     f"  Reload:         {RELOAD_ON if reload else 'off (dataplane dev --reload)'}",
                     "  Ctrl-C stops everything.",

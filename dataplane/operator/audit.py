@@ -22,6 +22,7 @@ from dataplane.db import Connection, Database, q
 Via = Literal["console", "cli"]
 ACTIONS = ("retry", "discard", "pause", "resume", "cancel")
 MAX_ACTOR_CHARS = 320
+MAX_AUDIT_ID = 2**63 - 1  # dataplane_audit.id is a bigint
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +94,11 @@ async def record(
 async def list_audit(
     db: Database, *, limit: int = 100, before: int | None = None
 ) -> list[AuditRow]:
-    """The newest actions first, ``limit`` of them, older than id ``before`` (keyset)."""
+    """The newest actions first, ``limit`` of them, older than id ``before`` (keyset;
+    an id is 1..:data:`MAX_AUDIT_ID`, a bigint)."""
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidArgument(f"limit must be in 1..1000, got {limit!r}")
+    if before is not None and (not isinstance(before, int) or not 1 <= before <= MAX_AUDIT_ID):
+        raise InvalidArgument(f"before is an audit row's id, 1..{MAX_AUDIT_ID}, got {before!r}")
     rows = await db.fetchall(q("audit_list"), {"limit": limit, "before": before})
     return [AuditRow(**{k: row[k] for k in AuditRow.__dataclass_fields__}) for row in rows]

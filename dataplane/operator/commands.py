@@ -3,10 +3,12 @@
 They call :mod:`dataplane.operator.jobs`, :mod:`~dataplane.operator.pause` and
 :mod:`~dataplane.operator.audit`, the functions the console calls, as
 :meth:`Operator.cli` (the OS user). Bad input (an unknown status, a string that is not a
-queue type, a malformed time, too many rows without ``--limit``) exits 2 with one line
-on stderr. A bulk action without ``--dry-run`` prints the count it selects and asks for
-a confirmation naming it, unless ``--yes``; a filter that matches nothing prints 0 and
-changes (and records) nothing.
+queue type, a malformed or out-of-range time or number, too many rows without
+``--limit``) exits 2 with one line on stderr. A bulk action whose filter names nothing
+beyond a status needs ``--all`` (every job of every type and client: never by
+omission); ``--all`` with a filter is refused. A bulk action without ``--dry-run``
+prints the count it selects and asks for a confirmation naming it, unless ``--yes``; a
+filter that matches nothing prints 0 and changes (and records) nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import trio
@@ -61,6 +63,12 @@ def add_parsers(sub: Any) -> None:
         type=int,
         help=f"list: rows (default {LIST_LIMIT}); "
         f"retry/discard: the oldest N (needed above {jobs.BULK_MAX:,})",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        dest="every",
+        help="retry/discard: every job of every type and client (needed without a filter)",
     )
     p.add_argument("--dry-run", action="store_true", help="count, change nothing")
     p.add_argument("--yes", action="store_true", help="act without asking")
@@ -122,6 +130,8 @@ async def _database(name: str) -> AsyncIterator[Database]:
 
 
 async def _jobs(args: argparse.Namespace) -> int:
+    if args.every and (args.action not in ("retry", "discard") or args.job_id):
+        raise InvalidArgument("--all is for a bulk retry or discard, without a job id")
     if args.action == "show":
         return await _show(_job_id(args.job_id))
     if args.action == "cancel":
@@ -143,7 +153,7 @@ async def _jobs(args: argparse.Namespace) -> int:
         job_id=_job_id(args.job_id) if args.job_id else None,
     )
     if args.action == "list":
-        return await _list(flt, args.limit or LIST_LIMIT)
+        return await _list(flt, LIST_LIMIT if args.limit is None else args.limit)
     if flt.job_id is not None:
         return await _one(args.action, flt)
     return await _bulk(args, flt)
@@ -187,6 +197,11 @@ async def _one(action: str, flt: jobs.JobFilter) -> int:
 
 async def _bulk(args: argparse.Namespace, flt: jobs.JobFilter) -> int:
     act = jobs.retry if args.action == "retry" else jobs.discard
+    if not args.dry_run:  # before the count and the question: refused either way
+        try:
+            jobs.check_scope(args.action, flt, every=args.every)
+        except jobs.Unfiltered as exc:
+            raise InvalidArgument(f"{exc} (--all)") from None
     async with _database("jobs") as db:
         selected = await act(db, Operator.cli(), flt, dry_run=True, limit=args.limit)
         if selected > jobs.BULK_MAX and args.limit is None:
@@ -203,7 +218,7 @@ async def _bulk(args: argparse.Namespace, flt: jobs.JobFilter) -> int:
         if not args.yes and not await _confirm(f"{args.action} {selected} job(s)?"):
             print("nothing done", file=sys.stderr)
             return 1
-        changed = await act(db, Operator.cli(), flt, limit=args.limit)
+        changed = await act(db, Operator.cli(), flt, limit=args.limit, every=args.every)
     print(f"{changed} job(s) {_done(args.action)}")
     return 0
 
@@ -265,10 +280,4 @@ def _job_id(text: str | None) -> uuid.UUID:
 
 
 def _time(text: str | None, name: str) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgument(f"--{name} is an ISO 8601 time, got {text!r}") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return None if text is None else jobs.parse_time(text, f"--{name}")

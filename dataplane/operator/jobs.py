@@ -16,10 +16,16 @@ bulk retry and discard (issue 41). The console and the CLI call these and nothin
   live job is a cancel. A finished row's streams heard their final event when it
   finished; the delete notifies ``maestro_rows_deleted`` (migration 0009), so no BFF
   answers a discarded job from memory afterwards: a later poll or stream of it is 404.
-* Both write one ``dataplane_audit`` row (the action, the filter as JSON, rows changed)
-  in the action's transaction, a filter that matches nothing included (``rows`` 0:
-  someone asked). ``dry_run`` counts the rows the action would select and writes
-  nothing (retry may then change fewer: see above).
+* Both write one ``dataplane_audit`` row in the action's transaction: the action, the
+  filter as applied (every field, ``null`` for one not set, the status defaulted
+  included, with ``all`` and ``limit``) and the rows changed, a filter that matches
+  nothing included (``rows`` 0: someone asked). ``dry_run`` counts the rows the action
+  would select and writes nothing (retry may then change fewer: see above).
+* Every job of every type takes an explicit ``every`` (the CLI's ``--all``, the
+  console's "all"): a filter that names nothing beyond a status is refused without it
+  (:class:`Unfiltered`), so a filter lost on its way (a form read as empty) can never
+  widen an action to everything; ``every`` with a filter is refused too (which did the
+  operator mean?). A dry run is a count: it takes either.
 * Bounded: an action selecting more than :data:`BULK_MAX` rows is refused
   (:class:`InvalidArgument`) unless ``limit`` is given, which takes the oldest ``limit``.
 """
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from dataplane.core.errors import InvalidArgument
@@ -42,6 +48,26 @@ PAGE_MAX: Final = 500  # rows of one listing page
 MAX_TEXT: Final = 1000  # characters of a client, operation or error filter
 RETRYABLE: Final = ("poison", "cancelled")
 DISCARDABLE: Final = ("poison", "done", "cancelled")
+
+
+def parse_time(text: str, name: str) -> datetime:
+    """``text`` as an ISO 8601 time in UTC (naive: taken as UTC);
+    :class:`InvalidArgument` naming ``name`` for one that is not, or that UTC cannot
+    hold (``0001-01-01T00:00+14:00`` is a year before 1)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(f"{name} is an ISO 8601 time, got {text[:40]!r}") from None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidArgument(f"{name} is out of range, got {text[:40]!r}") from None
+
+
+class Unfiltered(InvalidArgument):
+    """A bulk action whose filter names nothing beyond a status, without ``every``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +108,14 @@ class JobFilter:
         if self.job_id is not None and not isinstance(self.job_id, uuid.UUID):
             raise InvalidArgument(f"job_id must be a UUID, got {self.job_id!r}")
 
+    @property
+    def narrowed(self) -> bool:
+        """Whether the filter names anything beyond a status (a type, a client, ...)."""
+        return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "status")
+
     def to_json(self) -> dict[str, Any]:
-        """The fields that were set, as JSON values (the audit row's ``target``)."""
+        """Every field as a JSON value, ``None`` for one not set (the audit row's
+        ``target``: the filter as applied, not as typed)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -92,7 +124,7 @@ class JobFilter:
             elif isinstance(value, uuid.UUID):
                 value = str(value)
             out[f.name] = value
-        return {k: v for k, v in out.items() if v is not None or k == "status"}
+        return out
 
     def params(self, statuses: tuple[str, ...] = STATUSES) -> dict[str, Any]:
         """The named parameters of the filter's WHERE clause (sql/queries/operator.sql)."""
@@ -139,6 +171,23 @@ async def list_jobs(
     return [JobRow.from_row(row) for row in rows]
 
 
+def check_scope(action: str, flt: JobFilter, *, every: bool) -> None:
+    """:class:`Unfiltered` unless ``flt`` names something beyond a status or ``every``
+    says the operator chose every job; :class:`InvalidArgument` for both at once."""
+    if every and flt.narrowed:
+        raise InvalidArgument(
+            "all means every job of every type and client: give it without a filter, "
+            "or drop it and keep the filter"
+        )
+    if not every and not flt.narrowed:
+        what = f"{flt.status} " if flt.status is not None else ""
+        raise Unfiltered(
+            f"the filter names nothing beyond its status: this {action} would take every "
+            f"{what}job of every type and client; name a type, client, operation, error "
+            "or time, or choose all"
+        )
+
+
 async def retry(
     db: Database,
     operator: Operator,
@@ -146,13 +195,17 @@ async def retry(
     *,
     dry_run: bool = False,
     limit: int | None = None,
+    every: bool = False,
 ) -> int:
     """Re-drive ``flt``'s poison or cancelled rows (status ``None``: both): pending with
     a fresh dequeue budget, each type's claimers woken; the rows changed (``dry_run``:
     the rows selected, nothing written). One audit row ``retry``.
-    :class:`InvalidArgument` for another status, or more than :data:`BULK_MAX` rows
-    without a ``limit`` (the oldest ``limit`` are taken)."""
-    return await _act(db, operator, "retry", flt, RETRYABLE, dry_run=dry_run, limit=limit)
+    :class:`InvalidArgument` for another status, more than :data:`BULK_MAX` rows
+    without a ``limit`` (the oldest ``limit`` are taken), or a scope
+    :func:`check_scope` refuses."""
+    return await _act(
+        db, operator, "retry", flt, RETRYABLE, dry_run=dry_run, limit=limit, every=every
+    )
 
 
 async def discard(
@@ -162,13 +215,16 @@ async def discard(
     *,
     dry_run: bool = False,
     limit: int | None = None,
+    every: bool = False,
 ) -> int:
     """Delete ``flt``'s finished rows (poison, done, cancelled; status ``None``: all
     three) and their blobs; the rows deleted (``dry_run``: selected, nothing written).
     One audit row ``discard``. A live status is refused
     (:class:`InvalidArgument`), as is more than :data:`BULK_MAX` rows without a
-    ``limit``."""
-    return await _act(db, operator, "discard", flt, DISCARDABLE, dry_run=dry_run, limit=limit)
+    ``limit``, or a scope :func:`check_scope` refuses."""
+    return await _act(
+        db, operator, "discard", flt, DISCARDABLE, dry_run=dry_run, limit=limit, every=every
+    )
 
 
 async def _act(
@@ -180,13 +236,15 @@ async def _act(
     *,
     dry_run: bool,
     limit: int | None,
+    every: bool,
 ) -> int:
     if limit is not None and (not isinstance(limit, int) or not 1 <= limit <= BULK_MAX):
         raise InvalidArgument(f"limit must be in 1..{BULK_MAX}, got {limit!r}")
     params = flt.params(statuses)
     if dry_run:
         return await _count(db, params, limit if limit is not None else BULK_MAX + 1)
-    target = {**flt.to_json(), **({"limit": limit} if limit is not None else {})}
+    check_scope(action, flt, every=every)
+    target = {**flt.to_json(), "all": every, "limit": limit}
     statement = q("job_filter_retry" if action == "retry" else "job_filter_discard")
 
     async def act(conn: Connection) -> int:

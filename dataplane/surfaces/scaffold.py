@@ -5,14 +5,20 @@ under the entry-point group ``dataplane.surfaces``, a module with one operation
 (``hello {name}``, no client DB needed), and its tests, written with the test kit
 (:mod:`dataplane.testing`: ``run_operation`` and ``plane``). After
 ``pip install -e 'NAME-surface[test]'`` its tests pass and ``dataplane dev`` serves it.
+
+``NAME`` must be a surface id (:func:`~dataplane.queue.types.check_surface_id`) that
+nothing registers yet: not the built-in ``probe``, not a surface of an installed
+package (two registrations of one id refuse to load, in every process of the plane).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from dataplane.core.errors import InvalidArgument
 from dataplane.queue.types import check_surface_id
+from dataplane.surfaces import probe
 
 PYPROJECT = """\
 [build-system]
@@ -132,9 +138,17 @@ The `{name}` surface of the Surface Data Plane, written with `dataplane`'s publi
 """
 
 
-def scaffold(name: str, where: Path) -> Path:
-    """Write the package for surface ``name`` under ``where``; return its directory."""
+def scaffold(name: str, where: Path, registered: Mapping[str, str] | None = None) -> Path:
+    """Write the package for surface ``name`` under ``where``; return its directory.
+    ``registered``: the ids registered already, each with where from (the registry's
+    origins); :class:`InvalidArgument` for one of them or ``probe``."""
     check_surface_id(name)  # as surface(...) will when the package is loaded
+    if name == probe.SURFACE.id:
+        raise InvalidArgument(f"{name!r} is the id of the built-in surface: choose another")
+    if registered and name in registered:
+        raise InvalidArgument(
+            f"surface id {name!r} is registered already by {registered[name]}: choose another"
+        )
     module = f"{name}_surface"
     dist = f"{name.replace('_', '-')}-surface"
     root = where / dist

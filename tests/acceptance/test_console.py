@@ -12,16 +12,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import jwt
 import pytest
 
 from tests.console import (
     TRACE_URL,
+    VIEWER,
     Console,
     operator_token,
     running_console,
     viewer_token,
 )
-from tests.helpers import token
+from tests.helpers import JWT_SECRET, token
 
 VENDOR = Path(__file__).resolve().parents[2] / "dataplane" / "console" / "static" / "vendor"
 # npm pack htmx.org@2.0.11 and htmx-ext-sse@2.2.4: dist/htmx.min.js, dist/sse.js, LICENSE.
@@ -89,6 +91,16 @@ def test_a_viewer_reads_but_cannot_act(console: Console) -> None:
             assert "viewer cannot act" in resp.json()["error"]["message"]
 
 
+def test_the_audit_page_refuses_an_id_out_of_range(console: Console) -> None:
+    """A keyset id Postgres's bigint cannot hold was a 503 (the database refused it)."""
+    with console.client(viewer_token()) as viewer:
+        for bad in ("9223372036854775808", "0", "-1", "1e3", "9" * 5000):
+            resp = viewer.get("/audit", params={"before": bad})
+            assert resp.status_code == 400, (bad[:30], resp.text)
+            assert "before" in resp.json()["error"]["message"]
+        assert viewer.get("/audit", params={"before": str(2**63 - 1)}).status_code == 200
+
+
 def test_every_action_needs_its_csrf_token(console: Console) -> None:
     with console.client(operator_token()) as ops, console.client(viewer_token()) as other:
         for path in ("/queues/surface-x/pause", "/jobs/retry", "/logout"):
@@ -107,10 +119,24 @@ def test_login_sets_a_strict_httponly_cookie_and_checks_the_origin(console: Cons
     with console.client() as browser:
         refused = browser.post("/login", data={"token": token()})
         assert refused.status_code == 403  # an end user's token makes no session
-        evil = browser.post(
-            "/login", data={"token": viewer_token()}, headers={"Origin": "https://evil.example"}
+        for origin in ("https://evil.example", "null"):  # null: a sandboxed frame, data:
+            evil = browser.post(
+                "/login", data={"token": viewer_token()}, headers={"Origin": origin}
+            )
+            assert evil.status_code == 403, origin
+            assert "is refused" in evil.json()["error"]["message"]
+            assert "Set-Cookie" not in evil.headers
+        same = browser.post(
+            "/login", data={"token": viewer_token()}, headers={"Origin": console.base}
         )
-        assert evil.status_code == 403
+        assert same.status_code == 303, same.text
+        browser.cookies.clear()
+        as_json = browser.post("/login", json={"token": viewer_token()})
+        assert as_json.status_code == 415, as_json.text
+        for exp in (10**20, 10**400):  # a cookie cannot expire then: was a 500
+            claims = {"sub": "v", "roles": VIEWER, "exp": exp}
+            forever = browser.post("/login", data={"token": jwt.encode(claims, JWT_SECRET)})
+            assert forever.status_code == 401 and "exp" in forever.text, forever.text
         resp = browser.post("/login", data={"token": viewer_token()})
         assert resp.status_code == 303 and resp.headers["Location"] == "/"
         cookie = resp.headers["Set-Cookie"]
@@ -245,9 +271,20 @@ def test_jobs_filter_and_page_by_keyset(fresh: Console) -> None:
         assert listed(viewer, error="%")[0] == []  # LIKE's wildcards are text here
         window = {"since": (base + timedelta(minutes=2)).isoformat(), "until": "2026-01-01T00:04Z"}
         assert listed(viewer, **window)[0] == [ids[3], ids[2]]
-        for bad in ({"status": "lost"}, {"type": "nope"}, {"after": "x"}, {"since": "soon"}):
+        for bad in (
+            {"status": "lost"},
+            {"type": "nope"},
+            {"after": "x"},
+            {"after": f"0001-01-01T00:00+14:00_{ids[0]}"},
+            {"since": "soon"},
+            {"until": "9999-12-31T23:59-14:00"},
+            {"limit": "0"},
+            {"limit": "501"},
+            {"limit": "9" * 30},
+        ):
             resp = viewer.get("/jobs", params=bad)
-            assert resp.status_code == 400, bad
+            assert resp.status_code == 400, (bad, resp.text)
+            assert next(iter(bad)) in resp.json()["error"]["message"], (bad, resp.text)
 
 
 def test_a_job_page_shows_no_credential_and_links_its_trace(fresh: Console) -> None:
@@ -346,9 +383,17 @@ def test_slowest_redirects_to_the_window_s_slowest_done_job(fresh: Console) -> N
         none = slowest(type="surface-gamma")
         assert none.status_code == 404
         assert "no job of type surface-gamma completed since" in none.text
-        for bad in ("soon", "2d", "25h", ago(2 * 86400).isoformat()):
+        for bad in (
+            "soon",
+            "2d",
+            "25h",
+            ago(2 * 86400).isoformat(),
+            "999999d",  # before year 1: an OverflowError, a 500, until issue 55
+            "0001-01-01T00:00+14:00",  # a time UTC cannot hold
+            (now + timedelta(hours=1)).isoformat(),  # a window that starts later
+        ):
             resp = viewer.get("/jobs/slowest", params={"since": bad})
-            assert resp.status_code == 400, bad
+            assert resp.status_code == 400, (bad, resp.text)
             assert "since" in resp.json()["error"]["message"]
         assert viewer.get("/jobs/slowest", params={"type": "nope"}).status_code == 400
 

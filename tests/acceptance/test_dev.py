@@ -1,11 +1,13 @@
 """``dataplane dev`` from an empty directory: it answers, and Ctrl-C leaves nothing;
-``--base-port`` pins every port it listens on."""
+``--base-port`` pins every port it listens on; the ``export`` lines it prints are all a
+second shell's CLI needs."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -234,3 +236,130 @@ async def test_dev_pins_every_port_to_the_base_port_and_starts_without_a_warning
             proc.kill()
         stdout.close()
         stderr.close()
+
+
+# Run by the second shell's Python (its environment: the printed exports only).
+WHO = """import os, psycopg
+row = psycopg.connect(os.environ["MAESTRO_QUEUES_URL"]).execute(
+    "SELECT current_user, rolsuper, pg_has_role(current_user, 'dataplane_operator', 'member')"
+    " FROM pg_roles WHERE rolname = current_user").fetchone()
+print(*row)
+"""
+SEALED_INVALIDATION = """import sys, trio
+from dataplane.compat import install_process
+from dataplane.core.settings import from_env
+from dataplane.db import open_bridge
+from dataplane.queue import QueueClient, QueueConfig, open_queue_database
+
+async def main():
+    config = from_env(QueueConfig)  # MAESTRO_QUEUES_URL, DATAPLANE_NOTIFY_SECRET
+    async with open_bridge(), open_queue_database(config.url, "invalidate") as db:
+        await QueueClient(db, config).invalidate(sys.argv[1])
+
+install_process()  # psycopg on Trio, as the CLI installs it
+trio.run(main)
+"""
+UNSEALED_INVALIDATION = """import os, sys, psycopg
+conn = psycopg.connect(os.environ["MAESTRO_QUEUES_URL"], autocommit=True)
+conn.execute("SELECT pg_notify('dataplane_invalidate', %s)", (sys.argv[1],))
+"""
+UNSEALED_REFUSED = (
+    r'^dataplane_invalidations_refused_total\{[^}]*dataplane_reason="unsealed"[^}]*\} (\S+)$'
+)
+
+
+def _printed_exports(text: str) -> dict[str, str]:
+    """The ``export NAME=VALUE`` lines of the banner, as a shell reads them."""
+    found = {}
+    for line in text.splitlines():
+        words = shlex.split(line) if line.strip().startswith("export ") else []
+        if len(words) == 2:
+            name, _, value = words[1].partition("=")
+            found[name] = value
+    return found
+
+
+async def test_a_second_shell_runs_the_operator_cli_with_the_printed_exports(
+    tmp_path: Path,
+) -> None:
+    """Exactly the printed exports, in a fresh shell: ``jobs list``, ``queue pause`` and
+    ``resume``, ``audit`` as the operator login (no superuser), and ``invalidate``; the
+    exported notify secret is the workers' (a tag sealed with it is believed, the same
+    tag unsealed refused)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    out = tmp_path / "dev.out"
+    log = open(out, "wb")  # noqa: ASYNC230 - closed below
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        await wait_until(
+            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
+        )
+        text = out.read_text()
+        assert proc.poll() is None, text
+        exported = _printed_exports(text)
+        assert set(exported) == {"MAESTRO_QUEUES_URL", "DATAPLANE_NOTIFY_SECRET"}, text
+        assert "user=dataplane_dev_operator" in exported["MAESTRO_QUEUES_URL"]
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("export ")]
+        shell_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # nothing else
+
+        async def second_shell(command: str) -> subprocess.CompletedProcess[bytes]:
+            script = "\n".join([*lines, f"{shlex.quote(sys.executable)} {command}"])
+            return await trio.run_process(
+                ["bash", "-c", script],
+                env=shell_env,
+                cwd=tmp_path,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+
+        listed = await second_shell("-m dataplane jobs list")
+        assert listed.returncode == 0 and listed.stdout.startswith(b"id "), listed.stderr
+        paused = await second_shell("-m dataplane queue pause surface-probe")
+        assert paused.stdout.strip() == b"surface-probe paused", paused.stderr
+        resumed = await second_shell("-m dataplane queue resume surface-probe")
+        assert resumed.stdout.strip() == b"surface-probe resumed", resumed.stderr
+        audit = await second_shell("-m dataplane audit")
+        assert audit.returncode == 0 and audit.stdout.count(b"surface-probe") == 2, audit
+        (tmp_path / "who.py").write_text(WHO)
+        who = await second_shell("who.py")
+        assert who.stdout.split() == [b"dataplane_dev_operator", b"False", b"True"], who
+
+        metrics = re.search(r"worker-probe\s+(http://\S+/metrics)", text).group(1)  # type: ignore[union-attr]
+
+        async def refused() -> float:
+            async with httpx.AsyncClient(timeout=10) as http:
+                body = (await http.get(metrics)).text
+            found = re.search(UNSEALED_REFUSED, body, re.M)
+            return float(found.group(1)) if found else 0.0
+
+        before = await refused()
+        (tmp_path / "invalidate.py").write_text(SEALED_INVALIDATION)
+        sealed = await second_shell("invalidate.py c:acme")  # sealed with the export's secret
+        assert sealed.returncode == 0, sealed.stderr
+        (tmp_path / "notify.py").write_text(UNSEALED_INVALIDATION)
+        control = await second_shell("notify.py c:acme")  # the same tag, unsealed
+        assert control.returncode == 0, control.stderr
+
+        async def control_refused() -> bool:
+            return await refused() >= before + 1
+
+        await wait_until(control_refused, within=20)  # heard after the sealed one
+        assert await refused() == before + 1  # the sealed one was believed
+        cli = await second_shell("-m dataplane invalidate c:acme")
+        assert cli.returncode == 0, cli.stderr
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            with trio.move_on_after(10):
+                await proc.wait()
+        if proc.poll() is None:
+            proc.kill()
+        log.close()

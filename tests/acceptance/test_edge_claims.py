@@ -124,6 +124,17 @@ def test_arbitrary_claims_never_answer_5xx(
         assert resp.json()["error"]["message"] == NOT_TEXT
 
 
+def test_a_time_claim_out_of_range_is_a_401(bff_process: httpx.Client) -> None:
+    """An ``exp`` past what a float or a date holds was a 500 (OverflowError)."""
+    for claim, value in (("exp", 10**400), ("exp", 2**63), ("exp", 1e300), ("nbf", 10**400)):
+        resp = bff_process.post("/api/probe/q", **request_of(signed(base_claims(**{claim: value}))))
+        assert resp.status_code == 401, (claim, resp.text)
+        assert resp.json()["error"]["code"] == "UNAUTHORIZED"
+    last = int(time.time()) + 10 * 365 * 86400  # a long-lived token is still one
+    resp = bff_process.post("/api/probe/q", **request_of(signed(base_claims(exp=last))))
+    assert resp.status_code == 202, resp.text
+
+
 STAFF = token(staff=True, sub="fuzz")
 
 

@@ -105,11 +105,42 @@ async def test_bad_input_is_one_line_and_exit_2(queue_dsn: str) -> None:
         ("jobs", "discard", "--type", "probe", "--dry-run"),
         ("jobs", "discard", "--status", "pending", "--dry-run"),
         ("jobs", "retry", "--since", "yesterday", "--dry-run"),
+        ("jobs", "retry", "--since", "0001-01-01T00:00+14:00", "--dry-run"),  # before year 1
+        ("jobs", "list", "--until", "9999-12-31T23:59-14:00"),
+        ("jobs", "list", "--limit", "0"),
+        ("jobs", "list", "--limit", "501"),
+        ("jobs", "retry", "--type", "surface-probe", "--limit", "100001", "--dry-run"),
+        ("audit", "--limit", "0"),
         ("queue", "pause", "not-a-type"),
     ):
         done = await cli(queue_dsn, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.decode().strip().splitlines()) == 1, done.stderr
+
+
+async def test_a_bulk_action_without_a_filter_needs_all(queue: QueueClient, queue_dsn: str) -> None:
+    probe = await poisoned(queue, 2)
+    dev = await poisoned(queue, 1, suffix="-dev")
+    for action in ("retry", "discard"):
+        refused = await cli(queue_dsn, "jobs", action, "--yes")
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.decode().count("\n") == 1 and b"--all" in refused.stderr
+        both = await cli(queue_dsn, "jobs", action, "--all", "--type", "surface-probe", "--yes")
+        assert both.returncode == 2 and b"without a filter" in both.stderr, both.stderr
+    for other in (("list",), ("show", str(probe[0])), ("retry", str(probe[0]))):
+        refused = await cli(queue_dsn, "jobs", *other, "--all")
+        assert refused.returncode == 2 and b"--all is for" in refused.stderr, other
+    assert {await status_of(queue, i) for i in (*probe, *dev)} == {"poison"}
+    assert await list_audit(queue.db) == []
+
+    dry = await cli(queue_dsn, "jobs", "retry", "--dry-run")  # a count needs no choice
+    assert dry.returncode == 0 and dry.stdout.startswith(b"3 job(s) would be retried")
+    done = await cli(queue_dsn, "jobs", "retry", "--all", "--yes")
+    assert done.returncode == 0 and done.stdout.strip() == b"3 job(s) retried", done.stderr
+    assert {await status_of(queue, i) for i in (*probe, *dev)} == {"pending"}
+    [row] = await list_audit(queue.db)
+    assert row.rows == 3 and row.target["all"] is True and row.target["status"] == "poison"
+    assert row.target["queue_type"] is None and "limit" in row.target
 
 
 async def test_a_paused_type_keeps_its_job_pending_until_resumed(

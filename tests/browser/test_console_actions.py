@@ -233,6 +233,35 @@ def test_an_operator_bulk_retries_100_poison_jobs_and_watches_them_finish(
     acting.close()
 
 
+def test_every_job_of_every_type_needs_the_all_box_ticked(tab: Page, plane: Plane) -> None:
+    """The jobs list unfiltered: its confirm page asks for "all" with a required box;
+    Chromium does not send the form without it, and sends ``all=1`` with it."""
+    expect = _expect()
+    plane.reset()
+    other = "surface-zeta"
+    ids = [plane.console.add_job(t, "poison", error="boom") for t in (T, T, other)]
+    _sign_in(tab, operator_token())
+    tab.goto("/jobs")  # no filter
+    tab.get_by_test_id("bulk-discard").click()
+    expect(tab.get_by_test_id("confirm-count")).to_have_text("3")
+    expect(tab.get_by_test_id("unfiltered")).to_contain_text("every poison job of every type")
+    box = tab.get_by_test_id("confirm-all")
+    tab.get_by_test_id("confirm").click()  # the box unticked: the browser keeps the form
+    expect(box).to_be_visible()
+    assert box.evaluate("b => !b.validity.valid")
+    _shot(tab, "console-actions-all-required")
+    assert plane.rows("SELECT count(*) FROM maestro_queues") == [(3,)]
+    box.check()
+    with tab.expect_request(lambda r: r.method == "POST") as sent:
+        tab.get_by_test_id("confirm").click()
+    assert "all=1" in (sent.value.post_data or "")
+    expect(tab.get_by_test_id("done")).to_contain_text("3 row(s) changed")
+    assert plane.rows("SELECT id FROM maestro_queues WHERE id = ANY(%s::uuid[])", (ids,)) == []
+    ((target,),) = plane.rows("SELECT target FROM dataplane_audit")
+    assert target["all"] is True and target["status"] == "poison" and target["queue_type"] is None
+    _audit_lists(tab, ("discard", 3))
+
+
 def test_a_paused_type_keeps_a_new_job_pending_until_resumed(tab: Page, plane: Plane) -> None:
     expect = _expect()
     plane.reset()

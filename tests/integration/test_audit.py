@@ -55,3 +55,10 @@ async def test_an_unknown_action_is_refused_before_any_write(db: Database) -> No
     with pytest.raises(InvalidArgument):
         await db.run(unknown)
     assert await list_audit(db) == []
+
+
+async def test_a_keyset_id_a_bigint_cannot_hold_is_refused_before_the_read(db: Database) -> None:
+    for before in (0, -1, 2**63):  # Postgres would refuse 2**63: a 503, not a 400
+        with pytest.raises(InvalidArgument, match="before"):
+            await list_audit(db, before=before)
+    assert await list_audit(db, before=2**63 - 1) == []

@@ -69,11 +69,17 @@ async def test_a_bulk_retry_takes_only_what_its_filter_names(queue: QueueClient)
     assert row is not None and row["dequeue_count"] == 0  # a fresh budget
     [audit] = await list_audit(db)
     assert (audit.action, audit.rows, audit.actor) == ("retry", 3, OPS.actor)
-    assert audit.target == {
+    assert audit.target == {  # the filter as applied: every field, the status defaulted
         "status": "poison",
         "queue_type": "surface-probe",
         "client": "acme",
+        "operation": None,
         "error": "boom",
+        "since": None,
+        "until": None,
+        "job_id": None,
+        "all": False,
+        "limit": None,
     }
     assert await jobs.retry(db, OPS, flt) == 0  # nothing matches: recorded, 0 rows
     assert [a.rows for a in await list_audit(db)] == [0, 3]
@@ -115,12 +121,40 @@ async def test_a_bulk_action_over_the_bound_needs_a_limit(
     ids = [await poison(queue, "probe", i) for i in range(3)]
     flt = jobs.JobFilter()
     with pytest.raises(InvalidArgument, match="give a limit"):
-        await jobs.retry(queue.db, OPS, flt)
+        await jobs.retry(queue.db, OPS, flt, every=True)
     assert await list_audit(queue.db) == []
-    assert await jobs.retry(queue.db, OPS, flt, limit=2) == 2
+    assert await jobs.retry(queue.db, OPS, flt, limit=2, every=True) == 2
     now = await statuses(queue.db)
     assert [now[i] for i in ids] == ["pending", "pending", "poison"]  # the oldest two
     assert (await list_audit(queue.db))[0].target["limit"] == 2
+
+
+async def test_every_job_of_every_type_takes_an_explicit_all(queue: QueueClient) -> None:
+    probe = await poison(queue, "probe", 1)
+    demo = await poison(queue, "demo", 2)
+    for act in (jobs.retry, jobs.discard):
+        with pytest.raises(jobs.Unfiltered, match="choose all"):
+            await act(queue.db, OPS, jobs.JobFilter())
+        with pytest.raises(InvalidArgument, match="without a filter"):
+            await act(queue.db, OPS, jobs.JobFilter(queue_type="surface-probe"), every=True)
+        assert await act(queue.db, OPS, jobs.JobFilter(), dry_run=True) == 2  # a count
+    assert set((await statuses(queue.db)).values()) == {"poison"}
+    assert await list_audit(queue.db) == []
+
+    assert await jobs.retry(queue.db, OPS, jobs.JobFilter(), every=True) == 2
+    now = await statuses(queue.db)
+    assert (now[probe], now[demo]) == ("pending", "pending")
+    [audit] = await list_audit(queue.db)
+    assert audit.rows == 2 and audit.target["all"] is True
+    assert audit.target["status"] == "poison" and audit.target["queue_type"] is None
+
+
+def test_a_time_utc_cannot_hold_is_refused() -> None:
+    assert jobs.parse_time("2026-01-01T01:00+01:00", "since") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert jobs.parse_time("2026-01-01T00:00", "since").tzinfo is UTC  # naive: UTC
+    for bad in ("0001-01-01T00:00+14:00", "9999-12-31T23:59-14:00", "soon"):
+        with pytest.raises(InvalidArgument, match="since"):
+            jobs.parse_time(bad, "since")
 
 
 async def test_the_listing_pages_newest_first_by_keyset(queue: QueueClient) -> None:
