@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from dataplane.bff import openapi_command
+from dataplane.bff.openapi import command as openapi_command
 from dataplane.compat import install_process
 from dataplane.core.errors import DataPlaneError
 from dataplane.core.settings import from_env

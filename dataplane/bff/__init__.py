@@ -9,7 +9,7 @@
 * :mod:`~dataplane.bff.reply.pump`: the reply pump (LISTEN on done channels, waiters, sweep);
 * :mod:`~dataplane.bff.plane`: the process's queue DB, pump and verifiers;
 * :mod:`~dataplane.bff.auth.urls`: the URL layout; :mod:`~dataplane.bff.openapi`: the
-  OpenAPI document (its body schemas: :mod:`~dataplane.bff.openapi_schemas`);
+  OpenAPI document (its body schemas, the edge's statuses and the command beside it);
   ``static/``: the browser client and the demo page.
 
 The BFF never imports the worker.

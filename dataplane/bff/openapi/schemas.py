@@ -1,5 +1,5 @@
 """The schemas of the BFF's bodies, the components its OpenAPI document's routes refer
-to (:mod:`dataplane.bff.openapi`): an error, a queued job, a live job (its last progress,
+to (:mod:`dataplane.bff.openapi.document`): an error, a queued job, a live job (its last progress,
 and the failed attempt it waits out before the next: ``retry``), a withdrawal, a finished
 job's answer (and, when it was cancelled, who cancelled it and when).
 

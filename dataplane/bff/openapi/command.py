@@ -1,6 +1,6 @@
 """``dataplane openapi [--out FILE]``: the OpenAPI document, without a server.
 
-The document ``GET /openapi.json`` serves (:func:`~dataplane.bff.openapi.openapi_document`)
+The document ``GET /openapi.json`` serves (:func:`~dataplane.bff.openapi.document.openapi_document`)
 for the surfaces the BFF's configuration would load (the registry, ``DATAPLANE_SURFACES``
 and ``DATAPLANE_PROBE`` honoured as ``dataplane surfaces`` honours them): what the
 browser client's generator (``npx surface-dataplane generate``) reads. Keys sorted, two
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dataplane.bff.openapi import openapi_document
+from dataplane.bff.openapi.document import openapi_document
 from dataplane.core.settings import from_env
 from dataplane.surfaces import SurfacesConfig
 

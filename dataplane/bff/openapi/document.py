@@ -4,7 +4,7 @@ Generated from the manifest, so the schemas the BFF validates with are the ones
 published. The POST body of each surface is a ``oneOf`` over its operations,
 each fixing ``operation`` with ``const``. The named schemas every surface shares (an
 error, a queued job, a live one with its progress and retry, an answer) are
-:mod:`dataplane.bff.openapi_schemas`'s; the edge's statuses :mod:`.openapi_edge`'s; the
+:mod:`dataplane.bff.openapi.schemas`'s; the edge's statuses :mod:`dataplane.bff.openapi.edge`'s; the
 paths are here.
 """
 
@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from dataplane import __version__
-from dataplane.bff import openapi_edge, openapi_invalidate
-from dataplane.bff.openapi_schemas import COMPONENTS
+from dataplane.bff.openapi import edge as openapi_edge
+from dataplane.bff.openapi import invalidate as openapi_invalidate
+from dataplane.bff.openapi.schemas import COMPONENTS
 from dataplane.surfaces.manifest import Gate, Surface
 
 ERROR = {"$ref": "#/components/schemas/Error"}
