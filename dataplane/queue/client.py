@@ -38,6 +38,7 @@ from dataplane.core.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.db import Database, check_channel, q
 from dataplane.queue.blobs import blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
+from dataplane.queue.failures import FAILURES_KEPT, AttemptFailure, storable
 from dataplane.queue.readers import QueueReaders
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
@@ -276,10 +277,17 @@ class QueueClient(QueueReaders):
         return {row["id"] for row in rows}
 
     async def fail(
-        self, job: ClaimedJob, error: str, *, backoff_seconds: float | None = None
+        self,
+        job: ClaimedJob,
+        error: str,
+        *,
+        backoff_seconds: float | None = None,
+        failure: AttemptFailure | None = None,
     ) -> str:
         """An unexpected error: back to ``pending`` after the backoff, or ``poison`` at the
-        cutoff (with a done notify). Returns the new status; :class:`LeaseLost` if not held.
+        cutoff (with a done notify). ``failure``, the attempt's record, is appended to the
+        row's ``errors`` in the same statement. Returns the new status; :class:`LeaseLost`
+        if not held.
         """
         backoff = check_non_negative(
             "backoff_seconds",
@@ -292,7 +300,9 @@ class QueueClient(QueueReaders):
                 "worker_id": job.worker_id,
                 "dequeue_count": job.dequeue_count,
                 "backoff_seconds": backoff,
-                "error": str(error)[:MAX_ERROR_TEXT],
+                "error": storable(str(error)[:MAX_ERROR_TEXT]),
+                "failure": None if failure is None else failure.to_json(),
+                "failures_kept": FAILURES_KEPT,
             },
         )
         if row is None:
