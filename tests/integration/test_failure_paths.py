@@ -101,11 +101,16 @@ async def _deep(ctx: OperationContext) -> Any:
     return _ping(400)
 
 
+async def _unstorable(ctx: OperationContext) -> Any:
+    raise ValueError("a NUL \x00 and a lone surrogate \ud800")  # neither fits in jsonb
+
+
 ANY_PARAMS = {"type": "object"}
 OOPS = surface_of(
     Operation("boom", 1, ANY_PARAMS, _boom),
     Operation("hang", 1, ANY_PARAMS, _hang, timeout_seconds=0.2),
     Operation("deep", 1, ANY_PARAMS, _deep),
+    Operation("unstorable", 1, ANY_PARAMS, _unstorable),
     id="oops",
     needs_client_db=False,
 )
@@ -126,15 +131,17 @@ async def test_every_failed_attempt_keeps_its_record_and_logs_its_traceback_once
     surface's frames marked, the innermost surface frame, when); each attempt is logged
     once, at ERROR, with its traceback. A timeout's frame is where the handler was when
     it was cancelled; a deep traceback keeps its innermost frames within 16 KiB. An
-    operator's retry keeps the records: attempts count from 1 again, later in time."""
+    operator's retry keeps the records: attempts count from 1 again, later in time. A
+    message Postgres cannot store as it is (a NUL, a lone surrogate) is kept escaped."""
     caplog.set_level(logging.INFO)
     async with running_worker(queue, OOPS, fail_backoff_seconds=0) as (worker, _):
         boom = await submit(queue, "oops", "boom", {}, max_dequeues=2)
         hang = await submit(queue, "oops", "hang", {}, max_dequeues=1)
         deep = await submit(queue, "oops", "deep", {}, max_dequeues=1)
-        await wait_until(lambda: worker.statistics().poisoned == 3, within=15)
-        await jobs.retry(db, Operator("ops", "cli"), jobs.JobFilter(job_id=boom.job_id))
+        odd = await submit(queue, "oops", "unstorable", {}, max_dequeues=1)
         await wait_until(lambda: worker.statistics().poisoned == 4, within=15)
+        await jobs.retry(db, Operator("ops", "cli"), jobs.JobFilter(job_id=boom.job_id))
+        await wait_until(lambda: worker.statistics().poisoned == 5, within=15)
 
     records = await _records(db, boom.job_id)
     assert [r.attempt for r in records] == [1, 2, 1, 2]  # the retry's start again
@@ -165,8 +172,12 @@ async def test_every_failed_attempt_keeps_its_record_and_logs_its_traceback_once
     assert last == "KeyError: 'deep'"
     assert deep_one.frame == f"{SHOWN}:{_line_of(_ping, 'deep')} in _ping"
 
+    # Escaped, not lost (before, job_fail refused the text and the job went round).
+    (unstorable,) = await _records(db, odd.job_id)
+    assert unstorable.message == "a NUL \\x00 and a lone surrogate \\ud800"
+
     logged = [r for r in caplog.records if r.name == "dataplane.worker.failures"]
-    assert len(logged) == 4 + 1 + 1  # once per attempt, no more
+    assert len(logged) == 4 + 1 + 1 + 1  # once per attempt, no more
     for record in logged:
         assert record.levelno == logging.ERROR
     first_boom, *_ = [r for r in logged if r.__dict__["job_id"] == str(boom.job_id)]

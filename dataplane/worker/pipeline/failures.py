@@ -8,10 +8,11 @@ included. The traceback is bounded: at most :data:`TRACEBACK_MAX_BYTES` of UTF-8
 innermost frames kept and a first line saying how many outer frames were cut (a frame
 or message alone over :data:`PART_MAX_BYTES` is cut itself). A frame from the
 surface's own files (:mod:`dataplane.surfaces.sources`) begins with ``>`` instead of
-the first space of its indent, and the innermost of them is the record's ``frame``,
-``file:line in function``, the file as the import system finds it
-(``pkg/handlers.py``); a timeout's is where the handler was when its deadline
-cancelled it (the :class:`HandlerTimeout`'s cause).
+the first space of its indent. The record's ``frame`` is the innermost of them where
+the exception was raised (in an exception group, where its first member with one was;
+else in its cause or context), ``file:line in function``, the file as the import
+system finds it (``pkg/handlers.py``): a timeout's is where the handler was when its
+deadline cancelled it (the :class:`HandlerTimeout`'s cause).
 
 :func:`log_failure` writes the attempt's one ERROR record on the logger
 ``dataplane.worker.failures``: a first line naming the job, its surface and operation,
@@ -20,6 +21,10 @@ the attempt, that frame and the exception, and the traceback as the record's
 carries it with ``job_id``, ``surface``, ``operation``, ``attempt``, ``error_type``,
 ``frame``, and the trace and span ids). ``dataplane dev`` prints that first line in
 its terminal as it happens (:mod:`dataplane.dev.failures`).
+
+Every text is made storable first (a NUL or a lone surrogate written as its escape:
+:func:`~dataplane.queue.failures.storable`), so the record, the log line and the span
+carry the same text and none of them can fail on it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dataplane.queue import AttemptFailure, ClaimedJob
+from dataplane.queue.failures import storable
 from dataplane.surfaces.sources import SurfaceSources
 
 log = logging.getLogger("dataplane.worker.failures")
@@ -72,7 +78,8 @@ def message_of(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # a broken __str__ must not lose the record
         text = "<the exception's str() failed>"
-    return text if len(text) <= MESSAGE_MAX_CHARS else text[:MESSAGE_MAX_CHARS] + "…"
+    text = text if len(text) <= MESSAGE_MAX_CHARS else text[:MESSAGE_MAX_CHARS] + "…"
+    return storable(text)
 
 
 def surface_frame(exc: BaseException, sources: SurfaceSources) -> Frame | None:
@@ -103,7 +110,7 @@ def _innermost(exc: BaseException, sources: SurfaceSources, seen: set[int]) -> F
 
 def format_traceback(exc: BaseException, sources: SurfaceSources) -> str:
     """The bounded, marked traceback (see the module docstring)."""
-    parts = [_cut(_marked(part, sources)) for part in _parts(exc)]
+    parts = [_cut(_marked(storable(part), sources)) for part in _parts(exc)]
     if sum(len(p.encode()) for p in parts) <= TRACEBACK_MAX_BYTES:
         return "".join(parts)
     kept: list[str] = []
@@ -176,6 +183,7 @@ def span_attributes(failure: AttemptFailure, frame: Frame | None) -> dict[str, A
     traceback, the surface's frame."""
     attrs: dict[str, Any] = {
         "exception.type": failure.type,
+        "exception.message": failure.message,
         "exception.stacktrace": failure.traceback,
     }
     if frame is not None:
