@@ -40,7 +40,8 @@ from dataplane.queue import AttemptFailure, ClaimedJob
 from dataplane.queue.failures import storable
 from dataplane.surfaces.sources import SurfaceSources
 
-log = logging.getLogger("dataplane.worker.failures")
+LOGGER: Final = "dataplane.worker.failures"  # the failed attempts' records, alone on it
+log = logging.getLogger(LOGGER)
 
 TRACEBACK_MAX_BYTES: Final = 16 * 1024
 PART_MAX_BYTES: Final = 4 * 1024  # one frame, or the exception's lines, at most
