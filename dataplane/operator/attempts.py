@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from dataplane.db import Database, q
-from dataplane.queue import AttemptFailure
+from telemetry.failures import AttemptFailure
 
 REPORTS_READ: Final = 100  # the newest reports of a job read
 READ_TIMEOUT: Final = 5.0  # seconds each read may take

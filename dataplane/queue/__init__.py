@@ -3,7 +3,6 @@
 * :mod:`~dataplane.queue.types`: :class:`QueueType` (``surface-<id>[-dev]``) and its
   channel names;
 * :mod:`~dataplane.queue.records`: claimed jobs, rows, completions, poisoned rows;
-* :mod:`~dataplane.queue.failures`: a failed attempt's record (the row's ``errors``);
 * :mod:`~dataplane.queue.blobs`: the blob path: storage with a completion, chunked
   reads, expiry;
 * :mod:`~dataplane.queue.config`: lease, backoff, poison cutoff;
@@ -26,7 +25,6 @@ from dataplane.queue.config import (
     open_queue_database,
     queue_database,
 )
-from dataplane.queue.failures import FAILURES_KEPT, AttemptFailure
 from dataplane.queue.records import (
     DONE_NOTIFY_INLINE_MAX,
     CancelResult,
@@ -55,7 +53,6 @@ from dataplane.queue.types import (
 
 __all__ = [
     "DONE_NOTIFY_INLINE_MAX",
-    "FAILURES_KEPT",
     "FAIL_BACKOFF_SECONDS",
     "INVALIDATE_CHANNEL",
     "LEASE_SECONDS",
@@ -64,7 +61,6 @@ __all__ = [
     "MAX_DEQUEUES",
     "ROWS_DELETED_CHANNEL",
     "STATUSES",
-    "AttemptFailure",
     "Blob",
     "CancelResult",
     "ClaimBatch",

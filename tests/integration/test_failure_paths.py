@@ -23,9 +23,10 @@ from dataplane.maintenance.retention import RetentionConfig
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.operator import jobs
 from dataplane.operator.audit import Operator
-from dataplane.queue import AttemptFailure, QueueClient, done_channel
+from dataplane.queue import QueueClient, done_channel
 from dataplane.queue.envelope import Auth
 from dataplane.surfaces.manifest import Operation, OperationContext, surface_of
+from telemetry.failures import AttemptFailure
 from tests.conftest import wait_until
 from tests.helpers import STAFF, complete, envelope, submit
 from tests.integration.test_worker import running_worker

@@ -13,8 +13,6 @@ import trio
 from dataplane.core.errors import HttpError, InvalidArgument, LeaseLost
 from dataplane.db import Database, DatabaseConfig, Gap, Notification, open_database
 from dataplane.queue import (
-    FAILURES_KEPT,
-    AttemptFailure,
     Blob,
     ClaimedJob,
     Completion,
@@ -26,6 +24,7 @@ from dataplane.queue import (
     split_done_notify,
     wake_channel,
 )
+from telemetry.failures import FAILURES_KEPT, AttemptFailure
 from tests.conftest import wait_until
 from tests.helpers import NOTIFY_SECRET, complete, read_blob
 
@@ -304,17 +303,18 @@ async def test_each_failure_s_record_is_kept_on_its_row_the_newest_20(
     queue: QueueClient, db: Database
 ) -> None:
     """job_fail appends the attempt's record to ``errors`` with the database's time, in
-    its fenced statement: a fenced-out failure adds nothing; 25 failures keep the newest
-    20, oldest first; a NUL or an unpaired surrogate in a message is written escaped
-    (jsonb and text hold neither) instead of losing the failure."""
+    its fenced statement, and its ``str()`` is ``last_error``: a fenced-out failure adds
+    nothing; 25 failures keep the newest 20, oldest first; a NUL or an unpaired surrogate
+    in a message is written escaped (jsonb and text hold neither) instead of losing the
+    failure."""
     enq = await queue.enqueue(T, "kept", {}, max_dequeues=30)
     for n in range(1, 26):
         job = await _wait_claimable(queue, "w")
         record = AttemptFailure(n, "w", "KeyError", f"'oops' {n}\x00\ud800", "Traceback\n")
-        assert await queue.fail(job, f"KeyError: {n}\x00", backoff_seconds=0, failure=record)
+        assert await queue.fail(job, record, backoff_seconds=0)
         if n == 25:
             with pytest.raises(LeaseLost):  # fenced: the claim is no longer held
-                await queue.fail(job, "late", backoff_seconds=0, failure=record)
+                await queue.fail(job, record, backoff_seconds=0)
     row = await _row(db, enq.job_id)
     errors = row["errors"]
     assert isinstance(errors, list) and len(errors) == FAILURES_KEPT == 20
@@ -325,8 +325,8 @@ async def test_each_failure_s_record_is_kept_on_its_row_the_newest_20(
     assert newest.worker == "w" and newest.type == "KeyError" and newest.traceback
     stamps = [k.at for k in kept if k]
     assert all(stamps) and stamps == sorted(stamps)  # type: ignore[type-var]
-    assert row["last_error"] == "KeyError: 25\\x00"
-    # A failure without a record (the queue's callers that have none) keeps the rest.
+    assert row["last_error"] == "KeyError: 'oops' 25\\x00\\ud800"  # the record's str()
+    # A failure given as text alone (the queue's callers with no record) keeps the rest.
     job = await _wait_claimable(queue, "w")
     await queue.fail(job, "no record", backoff_seconds=0)
     assert (await _row(db, enq.job_id))["errors"] == errors

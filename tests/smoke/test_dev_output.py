@@ -17,8 +17,9 @@ import trio
 
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.failures import ECHO_BACKLOG, FailureEcho, failure_line
-from dataplane.queue import AttemptFailure, ClaimedJob
+from dataplane.queue import ClaimedJob
 from dataplane.worker.pipeline.failures import LOGGER, log_failure
+from telemetry.failures import AttemptFailure
 from telemetry.logs import TEXT_FORMAT, TextFormatter, json_formatter
 from tests.conftest import wait_until
 

@@ -14,7 +14,6 @@ from types import ModuleType
 import pytest
 import trio
 
-from dataplane.queue.failures import AttemptFailure, storable
 from dataplane.surfaces import probe
 from dataplane.surfaces.sources import SurfaceSources, surface_sources
 from dataplane.worker.pipeline.failures import (
@@ -24,6 +23,7 @@ from dataplane.worker.pipeline.failures import (
     qualified_type,
     surface_frame,
 )
+from telemetry.failures import AttemptFailure, storable
 
 SOURCE = """
 class Boom(Exception):

@@ -327,9 +327,8 @@ class JobExecutor:
         try:
             status = await self.queue.fail(
                 job,
-                f"{type(exc).__name__}: {exc}",
+                attempt.failure or f"{type(exc).__name__}: {exc}",  # its record, for `errors`
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
-                failure=attempt.failure,
             )
         except LeaseLost:
             attempt.fenced_out("fail")

@@ -1,7 +1,7 @@
 """A failed attempt told as it happened: its record, its log record, its span's event.
 
 :func:`failure_of` makes the record the row keeps
-(:class:`~dataplane.queue.failures.AttemptFailure`) from the exception: its qualified
+(:class:`~telemetry.failures.AttemptFailure`) from the exception: its qualified
 type, its message (at most :data:`MESSAGE_MAX_CHARS`), and its traceback formatted by
 the standard library's :mod:`traceback` without local variables, chained causes
 included. The traceback is bounded: at most :data:`TRACEBACK_MAX_BYTES` of UTF-8, the
@@ -23,7 +23,7 @@ carries it with ``job_id``, ``surface``, ``operation``, ``attempt``, ``error_typ
 its terminal as it happens (:mod:`dataplane.dev.failures`).
 
 Every text is made storable first (a NUL or a lone surrogate written as its escape:
-:func:`~dataplane.queue.failures.storable`), so the record, the log line and the span
+:func:`~telemetry.failures.storable`), so the record, the log line and the span
 carry the same text and none of them can fail on it.
 """
 
@@ -36,16 +36,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dataplane.queue import AttemptFailure, ClaimedJob
-from dataplane.queue.failures import storable
+from dataplane.queue import ClaimedJob
 from dataplane.surfaces.sources import SurfaceSources
+from telemetry.failures import AttemptFailure, storable
 
 LOGGER: Final = "dataplane.worker.failures"  # the failed attempts' records, alone on it
 log = logging.getLogger(LOGGER)
 
 TRACEBACK_MAX_BYTES: Final = 16 * 1024
 PART_MAX_BYTES: Final = 4 * 1024  # one frame, or the exception's lines, at most
-MESSAGE_MAX_CHARS: Final = 2000
+MESSAGE_MAX_CHARS: Final = 4000  # as last_error keeps it (its str())
 LINE_MESSAGE_MAX_CHARS: Final = 300  # of the message, on the log record's first line
 # A frame's first line: '  File "<file>", line <n>, in <function>' (in an exception
 # group, after its '|' margin); the first space of the indent takes the mark ('>').

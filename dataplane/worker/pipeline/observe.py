@@ -30,11 +30,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
 from dataplane.core.errors import LeaseLost
-from dataplane.queue import AttemptFailure, ClaimedJob
+from dataplane.queue import ClaimedJob
 from dataplane.surfaces.sources import SurfaceSources
 from dataplane.worker.pipeline.failures import failure_of, log_failure, span_attributes
 from dataplane.worker.pipeline.handler import HandlerTimeout
 from dataplane.worker.report import Reporter, rss_bytes
+from telemetry.failures import AttemptFailure
 from telemetry.metrics import (
     OPERATION,
     OUTCOME,

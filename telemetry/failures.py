@@ -1,24 +1,26 @@
 """A failed attempt's record, as its job row keeps it (``errors``, migration 0023).
 
-The worker that ran the attempt makes it (:mod:`dataplane.worker.pipeline.failures`)
-and hands it to :meth:`~dataplane.queue.QueueClient.fail`, whose fenced statement
-appends it with the queue DB's time (``at``) and keeps the newest
-:data:`FAILURES_KEPT`. Operators read it back (:mod:`dataplane.operator.attempts`).
+Like the job report (:mod:`telemetry.report`), one attempt told by the worker that ran
+it, which makes it (:mod:`dataplane.worker.pipeline.failures`) and hands it to
+``QueueClient.fail``, whose fenced statement appends it with the queue DB's time
+(``at``) and keeps the newest :data:`FAILURES_KEPT`; operators read it back
+(:mod:`dataplane.operator.attempts`). ``str()`` of it is the row's ``last_error``
+(``KeyError: 'oops'``).
 
-Every text in it is storable: jsonb holds neither NUL nor an unpaired surrogate, so
-:func:`storable` writes those as escapes rather than lose the record (or the row's
-failure write with it).
+Every text in it is storable: jsonb and text hold neither NUL nor an unpaired
+surrogate, so :func:`storable` writes those as escapes rather than lose the record (or
+the row's failure write with it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from dataplane.queue.records import to_json
-
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 FAILURES_KEPT: Final = 20  # records a row keeps, the newest (the oldest dropped)
 
 
@@ -47,9 +49,14 @@ class AttemptFailure:
     trace_id: str | None = None  # the attempt's trace (32 hex), when tracing is on
     at: datetime | None = None  # the queue DB's time of the write (set by job_fail)
 
+    def __str__(self) -> str:
+        """``KeyError: 'oops'``: the class's own name and the message (``last_error``)."""
+        name = self.type.rsplit(".", 1)[-1]
+        return f"{name}: {self.message}" if self.message else name
+
     def to_json(self) -> str:
         """The record as job_fail takes it (``at`` is the statement's own)."""
-        return to_json(
+        return _COMPACT.encode(
             {
                 "attempt": self.attempt,
                 "worker": storable(self.worker),
@@ -58,8 +65,7 @@ class AttemptFailure:
                 "traceback": storable(self.traceback),
                 "frame": None if self.frame is None else storable(self.frame),
                 "trace_id": self.trace_id,
-            },
-            what="an attempt's failure",
+            }
         )
 
     @classmethod
