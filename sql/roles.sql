@@ -60,6 +60,8 @@ BEGIN
     GRANT UPDATE (status, result, last_error, locked_by, lease_expires_at, available_at,
                   dequeue_count, claimed_at, completed_at, progress) ON maestro_queues
         TO dataplane_worker;
+    -- A failed attempt's record (0023), appended by the fail statement (job_fail).
+    GRANT UPDATE (errors) ON maestro_queues TO dataplane_worker;
     GRANT SELECT, INSERT, DELETE ON surface_result_blobs TO dataplane_worker;
     GRANT SELECT, INSERT, UPDATE ON dataplane_elections TO dataplane_worker;
     GRANT SELECT ON dataplane_migrations TO dataplane_worker;
@@ -84,7 +86,8 @@ BEGIN
     GRANT EXECUTE ON FUNCTION maestro_queue_depth(text) TO dataplane_scaler;
 
     -- Wallboard: job reports, the depth, and the queue's bookkeeping columns; never an
-    -- envelope, a result, an error text or a blob (tenants' data).
+    -- envelope, a result, an error text, an attempt's record (`errors`: messages and
+    -- tracebacks) or a blob (tenants' data).
     GRANT SELECT ON worker_runs TO dataplane_viewer;
     GRANT SELECT (id, type, status, client, requesters, dequeue_count, max_dequeues,
                   available_at, lease_expires_at, created_at, claimed_at, completed_at)

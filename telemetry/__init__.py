@@ -6,7 +6,9 @@
   messaging and database span attributes;
 * :mod:`~telemetry.metrics`: every metric instrument, in one place;
 * :mod:`~telemetry.report`: the job report a worker sends to capcom
-  (``worker_runs``), declared once.
+  (``worker_runs``), declared once;
+* :mod:`~telemetry.failures`: a failed attempt's record, which the worker writes to
+  its job row (``errors``) and operators read back, declared once.
 
 A foundation layer: it imports only :mod:`dataplane.core.settings` and
 :mod:`dataplane.core.errors` of the plane, so every other layer may use it.

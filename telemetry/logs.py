@@ -6,11 +6,13 @@ BFF and of capcom (Hypercorn processes) — and gives the root logger one stderr
 handler, formatted as ``DATAPLANE_LOG_FORMAT`` says:
 
 * ``text`` (the default): ``2026-12-01 08:45:10,123 INFO dataplane.access: GET ...``;
+  a record's ``traceback`` field (a failed attempt's, formatted and bounded where it
+  was made) follows its line, as a logged exception's does;
 * ``json``: one JSON object a line (python-json-logger's formatter): ``timestamp``
   (ISO 8601, UTC), ``level``, ``logger``, ``message``; ``trace_id`` and ``span_id``
   (hex, as OTLP backends show them) when the line is logged inside a span; the
-  record's ``extra`` fields (the access log's ``method``, ``route``, ``status``, ...);
-  ``exc_info`` with the traceback.
+  record's ``extra`` fields (the access log's ``method``, ``route``, ``status``, ...; a
+  failed attempt's ``traceback``); ``exc_info`` with a logged exception's traceback.
 
 Calling it again replaces our handler (never adds a second one) and leaves other
 handlers alone (pytest's). httpx's per-request INFO lines are silenced (WARNING);
@@ -55,6 +57,15 @@ class TraceIds(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT`, then the record's ``traceback`` field when it has one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        text = record.__dict__.get("traceback")
+        return f"{line}\n{text.rstrip()}" if isinstance(text, str) and text else line
+
+
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A stream handler writing to whatever ``sys.stderr`` is when a line is written
     (as logging's last-resort handler does): a redirect or a test's capture is followed,
@@ -89,7 +100,7 @@ def configure_logging(config: LogConfig | None = None, *, level: int = logging.I
         handler.setFormatter(json_formatter())
         handler.addFilter(TraceIds())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
     handler.set_name("dataplane")
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == "dataplane"]:

@@ -47,6 +47,11 @@ class Console:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(sql, params)  # type: ignore[arg-type]
 
+    def one(self, sql: str, params: Any = None) -> Any:
+        """The first row of a read, as a tuple."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
+
     def add_job(
         self,
         queue_type: str,
@@ -117,13 +122,16 @@ class Console:
             "cache": "miss",
             "coalesced": False,
             "trace_id": None,
+            "dequeue_count": 1,
+            "worker_id": "worker-1",
+            "finished_at": datetime.now(UTC),
             **kw,
         }
         self.execute(
             "INSERT INTO worker_runs (job_id, type, operation, outcome, wall_ms, cpu_ms,"
             " rss_bytes, queue_wait_ms, cache, coalesced, dequeue_count, worker_id,"
-            " finished_at, trace_id) VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s, 1,"
-            " 'worker-1', now(), %s)",
+            " finished_at, trace_id) VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s, %s,"
+            " %s, %s, %s)",
             (
                 job_id,
                 queue_type,
@@ -133,6 +141,9 @@ class Console:
                 row["queue_wait_ms"],
                 row["cache"],
                 row["coalesced"],
+                row["dequeue_count"],
+                row["worker_id"],
+                row["finished_at"],
                 row["trace_id"],
             ),
         )

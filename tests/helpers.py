@@ -9,8 +9,10 @@ import random
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from dataplane.core.errors import LeaseLost
@@ -332,3 +334,55 @@ def free_base_port(span: int = 30) -> int:
         if not any(taken(base + i) for i in range(span)):
             return base
     raise AssertionError(f"no {span} free ports in a row below 32000")
+
+
+FAILING_SURFACE = """
+from dataplane.surfaces.manifest import Operation, surface
+
+
+def price_of(catalog, sku):
+    return catalog[sku]  # the line that raises
+
+
+async def quote(ctx):
+    return {"price": price_of({}, ctx.params.get("sku", "oops"))}
+
+
+SURFACE = surface(
+    Operation(
+        "quote",
+        1,
+        {"type": "object", "properties": {"sku": {"type": "string"}}},
+        quote,
+    ),
+    id="shop",
+    needs_client_db=False,
+)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class FailingSurface:
+    """A surface package of its own, ``shop`` (queue type ``surface-shop``), whose
+    ``quote`` raises ``KeyError: 'oops'`` from a helper of the package: a real file
+    outside the plane, so its frames are the surface's own."""
+
+    file: Path  # the package's __init__.py
+    env: dict[str, str]  # for a process that serves it (or registers it)
+    frame: str  # the innermost frame of the surface's code, as a record names it
+    queue_type: str = "surface-shop"
+
+
+def failing_surface(root: Path) -> FailingSurface:
+    """Write the ``shopsurface`` package under ``root/src``."""
+    package = root / "src" / "shopsurface"
+    package.mkdir(parents=True, exist_ok=True)
+    source = textwrap.dedent(FAILING_SURFACE).lstrip()
+    (package / "__init__.py").write_text(source)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "line that raises" in text)
+    path = f"{root / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return FailingSurface(
+        package / "__init__.py",
+        {"DATAPLANE_SURFACES": "shopsurface:SURFACE", "PYTHONPATH": path},
+        f"shopsurface/__init__.py:{line} in price_of",
+    )

@@ -20,6 +20,7 @@ from typing import Any
 from dataplane.core.errors import InvalidArgument
 from dataplane.db import Database, q
 from dataplane.maintenance.retention import DONE_RETENTION_SECONDS
+from dataplane.operator.attempts import AttemptView, merge, read_reports
 from dataplane.operator.jobs import parse_time
 from dataplane.queue.records import Cancellation
 from dataplane.queue.types import STATUSES, QueueType
@@ -191,7 +192,7 @@ class JobDetail:
     job: dict[str, Any]
     envelope: dict[str, Any]
     params: Any
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[AttemptView] = field(default_factory=list)  # in time order
     blobs: list[dict[str, Any]] = field(default_factory=list)
     trace_id: str | None = None
     cancellation: Cancellation | None = None  # who cancelled it, when (its page's header)
@@ -210,14 +211,14 @@ async def job_detail(db: Database, job_id: uuid.UUID) -> JobDetail | None:
         return None
     job = dict(row)
     payload = job.pop("payload") or {}
-    runs = await db.fetchall(q("console_job_runs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
+    reports = await read_reports(db, job_id)
     blobs = await db.fetchall(q("console_job_blobs"), {"id": job_id}, call_timeout=READ_TIMEOUT)
     detail = JobDetail(job, safe_envelope(payload), redact(payload.get("params")))
     detail.cancellation = Cancellation.of_row(row)
-    detail.runs = [dict(r) for r in runs]
+    detail.attempts = merge(job["status"], job["dequeue_count"], job.pop("errors"), reports)
     detail.blobs = [dict(b) for b in blobs]
     detail.trace_id = _trace_of(payload) or next(
-        (r["trace_id"] for r in reversed(detail.runs) if r["trace_id"]), None
+        (a.trace_id for a in reversed(detail.attempts) if a.trace_id), None
     )
     return detail
 

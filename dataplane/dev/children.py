@@ -7,6 +7,12 @@ cancellation stops it (SIGTERM, then SIGKILL after :data:`CHILD_STOP_GRACE`).
 Each child is started with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux), from the main
 thread (the death signal follows the thread that forked), so it stops on its own
 if ``dataplane dev`` dies uncleanly.
+
+A child's output (stdout and stderr) is appended to ``<log dir>/<name>.log``: directly,
+or, for a child with an ``echo`` (the workers: :mod:`dataplane.dev.failures`), through
+a pipe :func:`copy_output` reads as fast as the child writes, appending every byte to
+the file and showing each whole line to the echo. When the child is stopped, the pipe
+is read to its end (at most :data:`DRAIN_SECONDS`), so its last lines reach the file.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import trio
 
@@ -31,6 +37,9 @@ CHILD_STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for a child
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before restarting a dead child
 STABLE_AFTER = 30.0  # a child that ran this long resets its backoff
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+CHUNK = 65536  # bytes read from a child's pipe at once
+LINE_MAX = 65536  # bytes of a line shown to an echo; a longer one is written, not shown
+DRAIN_SECONDS = CHILD_STOP_GRACE + 2.0  # reading a stopping child's last output, at most
 
 
 @dataclass
@@ -39,6 +48,7 @@ class Child:
     argv: Sequence[str]
     env: Mapping[str, str]
     restarts: int = 0
+    echo: Callable[[bytes], None] | None = None  # shown each whole line of its output
     pid: int | None = field(default=None)
     _running: trio.CancelScope | None = field(default=None, repr=False)
     _restart_why: str | None = field(default=None, repr=False)
@@ -90,7 +100,9 @@ class ChildProcess:
         self.pid = popen.pid
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], env: Mapping[str, str], out: IO[bytes]) -> ChildProcess:
+    def spawn(
+        cls, argv: Sequence[str], env: Mapping[str, str], out: IO[bytes] | int
+    ) -> ChildProcess:
         parent = os.getpid()
         return cls(
             subprocess.Popen(
@@ -140,24 +152,77 @@ async def _stop_child(process: ChildProcess) -> None:
         pass
 
 
+async def copy_output(
+    stream: trio.abc.ReceiveStream, out: Any, echo: Callable[[bytes], None]
+) -> None:
+    """Append what a child writes to ``out`` until its end, showing ``echo`` each whole
+    line; cancelled, go on (shielded, at most :data:`DRAIN_SECONDS`) to the end."""
+    pending = b""
+
+    async def take(chunk: bytes | bytearray) -> None:
+        nonlocal pending
+        view = memoryview(chunk)
+        while view:  # an unbuffered file: in the file as soon as it is read
+            view = view[await out.write(view) :]
+        *lines, pending = (pending + bytes(chunk)).split(b"\n")
+        if len(pending) > LINE_MAX:
+            pending = b""  # a line this long is in the file, never shown
+        for line in lines:
+            echo(line)
+
+    try:
+        while chunk := await stream.receive_some(CHUNK):
+            await take(chunk)
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_SECONDS):
+            while chunk := await stream.receive_some(CHUNK):
+                await take(chunk)
+        raise
+    finally:
+        await stream.aclose()
+
+
+async def _run_once(child: Child, out: Any) -> int | None:
+    """Start ``child`` once, its output to ``out`` (through :func:`copy_output` when it
+    has an echo), and wait for it to exit; stop it if cancelled. Its exit status."""
+    env = {**os.environ, **child.env}
+    if child.echo is None:
+        return await _wait_or_stop(child, ChildProcess.spawn(child.argv, env, out.wrapped))
+    read_end, write_end = os.pipe()
+    try:
+        process = ChildProcess.spawn(child.argv, env, write_end)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)  # the child holds the only write end: its exit is our EOF
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(copy_output, trio.lowlevel.FdStream(read_end), out, child.echo)
+        return await _wait_or_stop(child, process)
+
+
+async def _wait_or_stop(child: Child, process: ChildProcess) -> int | None:
+    child.pid = process.pid
+    code: int | None = None
+    try:
+        with trio.CancelScope() as child._running:
+            code = await process.wait()
+    finally:
+        child._running = None
+        if process.returncode is None:
+            with trio.CancelScope(shield=True):
+                await _stop_child(process)
+    return code
+
+
 async def supervise(child: Child, log_dir: Path) -> None:
     """Run ``child`` forever: restart it with backoff when it exits."""
     failures = 0
     while True:
         log_path = log_dir / f"{child.name}.log"
         started = trio.current_time()
-        async with await trio.open_file(log_path, "ab") as out:
-            process = ChildProcess.spawn(child.argv, {**os.environ, **child.env}, out.wrapped)
-            child.pid = process.pid
-            code: int | None = None
-            try:
-                with trio.CancelScope() as child._running:
-                    code = await process.wait()
-            finally:
-                child._running = None
-                if process.returncode is None:
-                    with trio.CancelScope(shield=True):
-                        await _stop_child(process)
+        async with await trio.open_file(log_path, "ab", buffering=0) as out:
+            code = await _run_once(child, out)
         if child._restart_why is not None:  # asked for: again now, and a fresh backoff
             log.info("%s restarted: %s", child.name, child._restart_why)
             child._restart_why, failures = None, 0

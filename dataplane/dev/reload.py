@@ -22,6 +22,7 @@ import trio
 
 from dataplane.dev.children import Child
 from dataplane.surfaces.manifest import Surface
+from dataplane.surfaces.sources import package_dirs as handler_package_dirs
 
 log = logging.getLogger("dataplane.dev")
 
@@ -44,15 +45,8 @@ def package_dirs(surfaces: Mapping[str, Surface]) -> dict[Path, set[str]]:
     dirs: dict[Path, set[str]] = {}
     for sid, surface in surfaces.items():
         for op in surface.versions.values():
-            top = getattr(op.handler, "__module__", "").partition(".")[0]
-            module = sys.modules.get(top)
-            if not top or top == "dataplane" or module is None:
-                continue
-            paths = list(getattr(module, "__path__", ())) or [
-                str(Path(module.__file__ or "").parent)
-            ]
-            for path in paths:
-                dirs.setdefault(Path(path).resolve(), set()).add(sid)
+            for path in handler_package_dirs(op.handler):
+                dirs.setdefault(path, set()).add(sid)
     return dirs
 
 

@@ -14,9 +14,11 @@ this plane (:func:`exports`: the operator login's queue URL, the workers' notify
 secret). ``--base-port N`` pins every port it listens on, Postgres's included, to an
 offset from N (:mod:`dataplane.dev.ports`). ``--otlp URL`` points every child's
 OTLP exporter at one endpoint. A child that dies is logged and restarted with
-backoff. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``) and SIGHUP (a closed
-terminal) all stop every child — SIGTERM, then SIGKILL after a short grace — and
-then Postgres, within a few seconds, leaving nothing behind.
+backoff. A handler's failure is printed here as it happens, one line per failed
+attempt (:mod:`dataplane.dev.failures`); each child's output is in
+``.dataplane/logs/<child>.log``. SIGINT (Ctrl-C), SIGTERM (systemd, ``docker stop``)
+and SIGHUP (a closed terminal) all stop every child — SIGTERM, then SIGKILL after a
+short grace — and then Postgres, within a few seconds, leaving nothing behind.
 
 If this process dies without that chance (SIGKILL, OOM killer), nothing is left
 running for long either: each child is spawned from the main thread with
@@ -54,6 +56,7 @@ from dataplane.db import (
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.config import DevConfig
 from dataplane.dev.embedded import EmbeddedPostgres
+from dataplane.dev.failures import FailureEcho
 from dataplane.dev.ports import DevPorts, dev_ports, free_port
 from dataplane.dev.reload import reload_on_change
 from dataplane.queue import open_queue_database
@@ -259,7 +262,12 @@ async def _run(
     width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"
     log_dir.mkdir(exist_ok=True)
+    failures = FailureEcho()  # a failed attempt's line in this terminal, as it happens
+    for child in children:
+        if child.name.startswith("worker-"):
+            child.echo = failures.watch(child.name)
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(failures.run)
         for child in children:
             nursery.start_soon(supervise, child, log_dir)
         if reload:

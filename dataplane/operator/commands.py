@@ -29,8 +29,10 @@ from dataplane.core.errors import InvalidArgument
 from dataplane.core.settings import from_env
 from dataplane.db import Database, open_bridge
 from dataplane.operator import jobs, pause
+from dataplane.operator.attempts import attempts_of
 from dataplane.operator.audit import Operator, list_audit
 from dataplane.operator.cancel import cancel_command
+from dataplane.operator.show import show_lines
 from dataplane.queue import QueueClient, QueueConfig, open_queue_database
 
 LIST_LIMIT = 50  # rows `dataplane jobs` lists unless --limit
@@ -72,6 +74,11 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--dry-run", action="store_true", help="count, change nothing")
     p.add_argument("--yes", action="store_true", help="act without asking")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="show: the row and its attempts (errors, tracebacks) as one JSON document",
+    )
 
     queue = sub.add_parser("queue", help="pause, resume or list paused queue types")
     queue.add_argument("action", choices=["pause", "resume", "list"])
@@ -133,7 +140,7 @@ async def _jobs(args: argparse.Namespace) -> int:
     if args.every and (args.action not in ("retry", "discard") or args.job_id):
         raise InvalidArgument("--all is for a bulk retry or discard, without a job id")
     if args.action == "show":
-        return await _show(_job_id(args.job_id))
+        return await _show(_job_id(args.job_id), as_json=args.json)
     if args.action == "cancel":
         if not args.job_id:
             raise InvalidArgument("jobs cancel needs a job id")
@@ -173,13 +180,20 @@ async def _list(flt: jobs.JobFilter, limit: int) -> int:
     return 0
 
 
-async def _show(job_id: uuid.UUID) -> int:
+async def _show(job_id: uuid.UUID, *, as_json: bool = False) -> int:
+    """One job: its row, then each attempt with its error and traceback (``--json``: the
+    row's fields and ``attempts`` in one document)."""
     async with _database("jobs") as db:
         job = await QueueClient(db).get(job_id)
-    if job is None:
+        tried = await attempts_of(db, job_id) if job is not None else None
+    if job is None or tried is None:
         print(f"no job {job_id}", file=sys.stderr)
         return 1
-    print(json.dumps(asdict(job), indent=2, default=str))
+    if as_json:
+        document = {**asdict(job), "attempts": [a.to_json() for a in tried]}
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    print("\n".join(show_lines(job, tried)))
     return 0
 
 

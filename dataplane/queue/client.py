@@ -40,7 +40,6 @@ from dataplane.queue.blobs import blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
 from dataplane.queue.readers import QueueReaders
 from dataplane.queue.records import (
-    DONE_NOTIFY_INLINE_MAX,
     CancelResult,
     ClaimBatch,
     ClaimedJob,
@@ -50,6 +49,7 @@ from dataplane.queue.records import (
     JsonText,
     Poisoned,
     bounds_json,
+    carried,
     done_note,
     job_uuid,
     to_json,
@@ -57,6 +57,7 @@ from dataplane.queue.records import (
 from dataplane.queue.retries import retry_notice
 from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_tag
+from telemetry.failures import FAILURES_KEPT, AttemptFailure, storable
 from telemetry.tracing import context_from
 
 MAX_CLAIM_BATCH = 1000  # rows one claim statement may take
@@ -277,16 +278,18 @@ class QueueClient(QueueReaders):
         return {row["id"] for row in rows}
 
     async def fail(
-        self, job: ClaimedJob, error: str, *, backoff_seconds: float | None = None
+        self, job: ClaimedJob, error: str | AttemptFailure, *, backoff_seconds: float | None = None
     ) -> str:
         """An unexpected error: back to ``pending`` after the backoff (with a retry notify:
         :mod:`dataplane.queue.retries`), or ``poison`` at the cutoff (with a done notify).
-        Returns the new status; :class:`LeaseLost` if not held."""
+        ``error`` is its text, or the attempt's record, then appended to the row's ``errors``
+        too. Returns the new status; :class:`LeaseLost` if not held."""
+        failure = None if isinstance(error, str) else error
         backoff = check_non_negative(
             "backoff_seconds",
             self.config.fail_backoff_seconds if backoff_seconds is None else backoff_seconds,
         )
-        text = str(error)[:MAX_ERROR_TEXT]
+        text = storable(str(error)[:MAX_ERROR_TEXT])  # no NUL or lone surrogate
         row = await self.db.fetchone(
             q("job_fail"),
             {
@@ -295,6 +298,8 @@ class QueueClient(QueueReaders):
                 "dequeue_count": job.dequeue_count,
                 "backoff_seconds": backoff,
                 "error": text,
+                "failure": None if failure is None else failure.to_json(),
+                "failures_kept": FAILURES_KEPT,
                 **retry_notice(self.seal, job, text, backoff),  # waiting streams hear it
             },
         )
@@ -353,16 +358,6 @@ class QueueClient(QueueReaders):
                 f"Postgres allows at most {MAX_NOTIFY_PAYLOAD}"
             )
         await self.db.notify(channel, payload)
-
-
-def carried(completion: Completion, result: str) -> bool:
-    """Whether the done notify carries the answer: a result of at most
-    :data:`DONE_NOTIFY_INLINE_MAX` bytes of JSON, without a blob."""
-    if completion.blob is not None or len(result) > DONE_NOTIFY_INLINE_MAX:
-        return False
-    if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
-        return False
-    return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
 
 
 def _claimed_traces(rows: list[DictRow] | None) -> list[Context | None]:

@@ -320,6 +320,16 @@ def done_note(job: ClaimedJob, result: str, completed_at: datetime) -> str:
     )
 
 
+def carried(completion: Completion, result: str) -> bool:
+    """Whether the done notify carries the answer: a result of at most
+    :data:`DONE_NOTIFY_INLINE_MAX` bytes of JSON, without a blob."""
+    if completion.blob is not None or len(result) > DONE_NOTIFY_INLINE_MAX:
+        return False
+    if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
+        return False
+    return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
+
+
 def split_done_notify(payload: str) -> tuple[uuid.UUID, str | None]:
     """The job id of a done notify, and its sealed note when it carries one (not opened:
     :class:`~dataplane.queue.seal.NotifySeal` opens it, :meth:`JobRow.from_done_note`

@@ -76,8 +76,9 @@ LIMIT 1;
 
 -- name: console_job
 -- One job (its primary key): every column the job's page shows (who cancelled it too),
--- the result's size.
-SELECT id, type, status, client, payload, last_error, locked_by, dequeue_count,
+-- the result's size, its failed attempts' records (0023; merged with
+-- job_attempt_reports, operator.sql).
+SELECT id, type, status, client, payload, last_error, errors, locked_by, dequeue_count,
        max_dequeues, requesters, coalesce(cardinality(requested_by), 0) AS requested_by,
        coalesce(cardinality(withdrawn), 0) AS withdrawn, lease_expires_at, available_at,
        created_at, claimed_at, completed_at, progress,
@@ -86,15 +87,6 @@ SELECT id, type, status, client, payload, last_error, locked_by, dequeue_count,
        CASE WHEN jsonb_typeof(result) = 'object' THEN result->'blobRef' END AS blob_ref
 FROM maestro_queues
 WHERE id = %(id)s::uuid;
-
--- name: console_job_runs
--- A job's attempts as its workers reported them (worker_runs_job), oldest first.
-SELECT finished_at, operation, outcome, wall_ms, cpu_ms, queue_wait_ms, cache, coalesced,
-       dequeue_count, worker_id, trace_id
-FROM worker_runs
-WHERE job_id = %(id)s::uuid
-ORDER BY finished_at
-LIMIT 100;
 
 -- name: console_job_blobs
 -- A job's stored blobs, their heads only (surface_result_blobs_job), newest first.

@@ -176,3 +176,17 @@ CROSS JOIN LATERAL (SELECT pg_notify(maestro_wake_channel(r.type), '')) AS n;
 SELECT type, paused_at, paused_by
 FROM maestro_paused
 ORDER BY type;
+
+-- name: job_attempt_errors
+-- A job's failed attempts' records (errors, 0023), with its status and claim count:
+-- what a job's attempts are merged from (dataplane/operator/attempts.py).
+SELECT status, dequeue_count, errors FROM maestro_queues WHERE id = %(id)s::uuid;
+
+-- name: job_attempt_reports
+-- A job's attempts as its workers reported them (worker_runs_job, 0020): the newest
+-- `limit`, newest first.
+SELECT finished_at, outcome, wall_ms, dequeue_count, worker_id, trace_id
+FROM worker_runs
+WHERE job_id = %(id)s::uuid
+ORDER BY finished_at DESC
+LIMIT %(limit)s;

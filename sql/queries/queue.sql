@@ -209,12 +209,21 @@ WHERE id = ANY(%(ids)s::uuid[]) AND status = 'pending' AND dequeue_count > 0
 -- An unexpected error (fenced): back to pending after the backoff, or to poison
 -- at the cutoff, in which case the done channel hears of it at once. Back to pending,
 -- the type's retry channel hears of it (the job id, then the sealed retry note when
--- the worker holds a notify secret: dataplane/queue/retries.py).
+-- the worker holds a notify secret: dataplane/queue/retries.py). The attempt's
+-- record, when given, is appended to `errors` stamped with the time (`at`), and only
+-- the newest `failures_kept` are kept (migration 0023).
 WITH f AS (
     UPDATE maestro_queues q
     SET status = CASE WHEN q.dequeue_count >= q.max_dequeues THEN 'poison' ELSE 'pending' END,
         available_at = now() + make_interval(secs => %(backoff_seconds)s),
         last_error = %(error)s,
+        errors = CASE WHEN %(failure)s::jsonb IS NULL THEN q.errors
+                 ELSE jsonb_path_query_array(
+                     coalesce(q.errors, '[]')
+                         || jsonb_build_array(%(failure)s::jsonb || jsonb_build_object('at', now())),
+                     '$[last - $kept + 1 to last]',
+                     jsonb_build_object('kept', %(failures_kept)s::int))
+                 END,
         locked_by = CASE WHEN q.dequeue_count >= q.max_dequeues THEN q.locked_by END,
         lease_expires_at = NULL,
         completed_at = CASE WHEN q.dequeue_count >= q.max_dequeues THEN now() END

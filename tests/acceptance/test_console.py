@@ -1,11 +1,12 @@
 """The operator console (issue #41) as a real ``dataplane console`` process on real
 Postgres: who may see and do what, the wallboard's counts, the jobs list's filters and
-keyset pages, a job's page. (The actions' own effects are tested once the operators'
-functions they call are in: tests of those go with them.)"""
+keyset pages, a job's page and its attempts. (The actions' own effects are tested once
+the operators' functions they call are in: tests of those go with them.)"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -339,6 +340,69 @@ def test_a_cancelled_job_s_page_says_who_cancelled_it_and_when(fresh: Console) -
         "Cancelled: the job was cancelled by the operator ops-1 &lt;ops-1@acme.example&gt;"
         " while it ran, at 20"
     ), said
+
+
+def _record(attempt: int, at: datetime, *, worker: str = "worker-1") -> dict[str, object]:
+    """An attempt's record as job_fail stores it (migration 0023)."""
+    return {
+        "attempt": attempt,
+        "at": at.isoformat(),
+        "worker": worker,
+        "type": "shop.errors.OutOfStock",
+        "message": f"sku 42 (attempt {attempt})",
+        "traceback": "Traceback (most recent call last):\n"
+        '  File "/plane/executor.py", line 1, in _execute\n'
+        '> File "/src/shop/handlers.py", line 9, in quote\n'
+        f"shop.errors.OutOfStock: sku 42 (attempt {attempt})\n",
+        "frame": "shop/handlers.py:9 in quote",
+        "trace_id": None,
+    }
+
+
+def _attempts(html: str) -> list[tuple[str, str]]:
+    return re.findall(r'data-testid="attempt" data-attempt="(\d+)" data-outcome="(\w+)"', html)
+
+
+def test_a_job_page_merges_each_attempt_s_record_with_its_report(fresh: Console) -> None:
+    """The attempts table: the records the row keeps merged with capcom's reports by
+    attempt, worker and time, in time order across an operator's retry (the numbers
+    start again); an attempt whose record came without a report, one nobody told of
+    (its worker died), and the running one each say so."""
+    now = datetime.now(UTC)
+    job = fresh.add_job("surface-alpha", "in_progress", operation="quote")
+    fresh.execute(
+        "UPDATE maestro_queues SET dequeue_count = 4, errors = %s::jsonb WHERE id = %s",
+        (
+            json.dumps(
+                [
+                    _record(1, now - timedelta(minutes=10)),  # before the retry
+                    _record(1, now - timedelta(seconds=30)),
+                    _record(2, now - timedelta(seconds=20), worker="worker-2"),
+                ]
+            ),
+            job,
+        ),
+    )
+    for at, outcome in (
+        (now - timedelta(minutes=10), "poison"),
+        (now - timedelta(seconds=30), "failed"),
+    ):
+        fresh.add_run("surface-alpha", job, outcome=outcome, wall_ms=12.5, finished_at=at)
+    with fresh.client(operator_token()) as ops:
+        page = ops.get(f"/jobs/{job}").text
+    assert _attempts(page) == [
+        ("1", "poison"),  # the first round: its record and its report, one line
+        ("1", "failed"),  # after the retry
+        ("2", "failed"),  # its record, no report
+        ("3", "unreported"),  # neither: its worker died
+        ("4", "running"),
+    ]
+    assert page.count("12.5</td>") == 2
+    assert page.count("no report of this attempt") == 2
+    assert "its worker may have died" in page and "running: reported when it ends" in page
+    assert page.count("shop.errors.OutOfStock</code>") == 3
+    assert page.count('<mark class="surface" data-testid="surface-frame">') == 3
+    assert "sku 42 (attempt 2)" in page and "shop/handlers.py:9 in quote" in page
 
 
 def test_slowest_redirects_to_the_window_s_slowest_done_job(fresh: Console) -> None:

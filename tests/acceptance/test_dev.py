@@ -1,6 +1,6 @@
 """``dataplane dev`` from an empty directory: it answers, and Ctrl-C leaves nothing;
 ``--base-port`` pins every port it listens on; the ``export`` lines it prints are all a
-second shell's CLI needs."""
+second shell's CLI needs; a failing handler's error shows in its terminal as it happens."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataplane.dev.embedded import free_port
 from tests.acceptance.test_bff import poll_until_done
 from tests.acceptance.test_prometheus import promtool_check
 from tests.conftest import wait_until
-from tests.helpers import free_base_port
+from tests.helpers import failing_surface, free_base_port
 from tests.otlp import Received, otlp
 
 __all__ = ["otlp"]  # the fixture, imported to be found
@@ -360,6 +360,60 @@ async def test_a_second_shell_runs_the_operator_cli_with_the_printed_exports(
             proc.send_signal(signal.SIGINT)
             with trio.move_on_after(10):
                 await proc.wait()
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+async def test_a_failing_handler_s_error_shows_in_the_dev_terminal_as_it_happens(
+    tmp_path: Path,
+) -> None:
+    """A surface package of its own whose handler raises: each failed attempt is one
+    line in ``dataplane dev``'s own terminal, naming the surface, the operation, the job,
+    the innermost frame of the surface's code and the exception, within seconds; the
+    worker's log file holds the whole record with its traceback."""
+    shop = failing_surface(tmp_path)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
+    env |= shop.env
+    out = tmp_path / "dev.out"
+    log = open(out, "wb")  # noqa: ASYNC230 - closed below
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        await wait_until(
+            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
+        )
+        text = out.read_text()
+        assert proc.poll() is None and "worker-shop" in text, text
+        token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            resp = await http.post(
+                "/api/shop/q",
+                json={"operation": "quote", "params": {"sku": "oops"}},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        assert resp.status_code == 202, resp.text
+        job = resp.json()["jobId"]
+        line = (
+            f"dataplane dev: worker-shop: job {job} (shop.quote, attempt 1/5) failed at"
+            f" {shop.frame}: KeyError: 'oops'"
+        )
+        await wait_until(lambda: line in out.read_text(), within=15)
+        worker_log = (tmp_path / ".dataplane" / "logs" / "worker-shop.log").read_text()
+        record = worker_log[worker_log.index(f"job {job} (shop.quote, attempt 1/5)") :]
+        assert "\nTraceback (most recent call last):\n" in record
+        assert f'> File "{shop.file}", line ' in record and "\nKeyError: 'oops'\n" in record
+        assert " serving surface-shop " in worker_log  # through the pipe, from its start
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            await proc.wait()
+    finally:
         if proc.poll() is None:
             proc.kill()
         log.close()

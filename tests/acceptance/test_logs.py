@@ -1,10 +1,11 @@
 """Logs of real processes (BFF, worker, capcom) with ``DATAPLANE_LOG_FORMAT=json``: one
 JSON object a line, the request's trace id on the lines logged for it (the trace id
 as a real OTLP/HTTP receiver got it), one access line per BFF request with its
-fields, and never a token."""
+fields, a failed attempt's one record with its traceback, and never a token."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import trio
 
 from dataplane.dev.embedded import free_port
+from dataplane.surfaces import probe
 from tests.conftest import wait_until
 from tests.helpers import BffProcess, WorkerProcess, bearer, capcom_process, read_sse, token
 from tests.otlp import Received, attrs, otlp
@@ -35,6 +37,11 @@ def json_stack(
     yield env, started
     for proc in started:
         proc.stop()
+
+
+def _line_of(function: Any, text: str) -> int:
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:
@@ -137,10 +144,25 @@ async def test_json_logs_carry_the_request_trace_and_no_token(
     (poll,) = access("GET", "/api/{surface}/q/{jobId}")
     assert poll["status"] == 200 and poll["job_id"] == job_id and poll["client"] == "acme"
 
-    # The worker's line for the failed attempt is in the request's trace too.
+    # The failed attempt's one record: in the request's trace, with its traceback and
+    # the fields that name the job, its attempt, surface and operation.
     worker_lines = json_lines(worker_log)
     (failed,) = (r for r in worker_lines if "failed" in r["message"] and job_id in r["message"])
-    assert failed["level"] == "WARNING" and failed["trace_id"] == trace_id
+    assert failed["level"] == "ERROR" and failed["logger"] == "dataplane.worker.failures"
+    assert failed["trace_id"] == trace_id and len(failed["span_id"]) == 16
+    assert (failed["job_id"], failed["attempt"], failed["max_dequeues"]) == (job_id, 1, 5)
+    assert (failed["surface"], failed["operation"]) == ("probe", "fail")
+    assert failed["error_type"] == "dataplane.surfaces.probe.ProbeFailure"
+    line = _line_of(probe.fail, "raise ProbeFailure")
+    assert failed["frame"] == f"dataplane/surfaces/probe.py:{line} in fail"
+    assert failed["message"] == (
+        f"job {job_id} (probe.fail, attempt 1/5) failed at {failed['frame']}:"
+        " ProbeFailure: probe.fail: attempt 1 of 1"
+    )
+    tb = failed["traceback"].splitlines()
+    assert tb[0] == "Traceback (most recent call last):"
+    assert tb[-1] == "dataplane.surfaces.probe.ProbeFailure: probe.fail: attempt 1 of 1"
+    assert f'> File "{probe.__file__}", line {line}, in fail' in tb
 
     # Hypercorn's own lines and capcom's come out in the same format.
     assert any(r["logger"] == "hypercorn.error" for r in json_lines(bff_log))

@@ -1,15 +1,18 @@
 """The operator commands as an operator runs them (issue 41): ``dataplane jobs retry``
 and ``discard`` by filter, ``dataplane queue pause/resume/list`` with a real worker
-process, ``dataplane audit``: each a subprocess on the test's queue DB."""
+process, ``dataplane audit``, ``dataplane jobs show`` of a job a real handler failed:
+each a subprocess on the test's queue DB."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -17,7 +20,9 @@ import trio
 from dataplane.operator import list_audit
 from dataplane.queue import QueueClient
 from tests.conftest import wait_until
-from tests.helpers import WorkerProcess, submit
+from tests.helpers import WorkerProcess, capcom_process, failing_surface, submit
+
+CAPCOM_TOKEN = "capcom-test-token-for-the-cli"
 
 
 async def cli(dsn: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -220,3 +225,75 @@ async def test_jobs_cancel_stops_a_running_job_in_its_worker(
         return await status_of(queue, after) == "done"
 
     await wait_until(answered, within=20)  # the worker serves on
+
+
+async def test_jobs_show_prints_each_attempt_s_error_and_traceback(
+    queue: QueueClient, queue_dsn: str, tmp_path: Path
+) -> None:
+    """A real worker runs a handler of a surface package of its own that raises, twice;
+    capcom keeps the reports. ``jobs show`` prints each attempt (outcome, worker, start,
+    duration), its error, the surface's frame and the traceback with the surface's own
+    frames marked; ``--json`` carries the same."""
+    shop = failing_surface(tmp_path)
+    capcom = capcom_process(
+        {"MAESTRO_QUEUES_URL": queue_dsn}, str(tmp_path / "capcom.log"), CAPCOM_TOKEN
+    )
+    worker = None
+    try:
+        await capcom.wait_ready()
+        worker = WorkerProcess(
+            {
+                "MAESTRO_QUEUES_URL": queue_dsn,
+                "SURFACE_QUEUE_TYPE": shop.queue_type,
+                "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
+                "DATAPLANE_CAPCOM_URL": capcom.base,
+                "DATAPLANE_CAPCOM_TOKEN": CAPCOM_TOKEN,
+                **shop.env,
+            },
+            str(tmp_path / "worker.log"),
+        )
+        await worker.wait_ready()
+        job = (await submit(queue, "shop", "quote", {}, max_dequeues=2)).job_id
+
+        async def reported() -> bool:
+            row = await queue.db.fetchone(
+                "SELECT count(*) AS n FROM worker_runs WHERE job_id = %(id)s", {"id": job}
+            )
+            return await status_of(queue, job) == "poison" and row is not None and row["n"] == 2
+
+        await wait_until(reported, within=30)
+    finally:
+        for proc in (worker, capcom):
+            if proc is not None:
+                proc.stop()
+
+    shown = await cli(queue_dsn, "jobs", "show", str(job))
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout.decode()
+    worker_id = re.search(r"attempt 1  failed  worker (\S+)  started ", text)
+    assert worker_id, text
+    assert re.search(rf"attempt 2  poison  worker {re.escape(worker_id[1])}  started .* ms", text)
+    lines = text.splitlines()
+    assert lines.count("  KeyError: 'oops'") == 2  # each attempt's error
+    assert sum(line.startswith(f"  at {shop.frame}  failed ") for line in lines) == 2
+    marked = [line.strip() for line in lines if line.startswith("    > File")]
+    assert len(marked) == 4 and all(str(shop.file) in line for line in marked), text
+    assert lines.count("    KeyError: 'oops'") == 2  # each traceback's last line
+
+    as_json = await cli(queue_dsn, "jobs", "show", str(job), "--json")
+    document = json.loads(as_json.stdout)
+    assert document["id"] == str(job) and document["status"] == "poison"
+    attempts = document["attempts"]
+    assert [(a["attempt"], a["outcome"], a["reported"]) for a in attempts] == [
+        (1, "failed", True),
+        (2, "poison", True),
+    ]
+    for attempt in attempts:
+        assert attempt["duration_ms"] > 0 and attempt["worker"] == worker_id[1]
+        error = attempt["error"]
+        assert (error["type"], error["message"], error["frame"]) == (
+            "KeyError",
+            "'oops'",
+            shop.frame,
+        )
+        assert error["traceback"].endswith("KeyError: 'oops'\n")

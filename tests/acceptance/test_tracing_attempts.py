@@ -4,6 +4,7 @@ protobuf decoded with opentelemetry-proto)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dataplane.db import Database
 from dataplane.dev.embedded import free_port
+from dataplane.surfaces import probe
 from tests.conftest import wait_until
 from tests.helpers import BffProcess, WorkerProcess, bearer, capcom_process, read_sse, token
 from tests.otlp import Received, attrs, otlp
@@ -285,7 +287,31 @@ async def test_a_poisoned_job_shows_every_attempt_and_the_poison(
         assert attrs(second)["dataplane.outcome"] == "poison"
         log = s.worker.output()
         assert f"job {job_id} (surface-probe, attempt 2/2): poisoned" in log
+        # Each attempt's exception event: the qualified type, the bounded traceback with
+        # the surface's frames marked, and where in the surface's code (a timeout's:
+        # where the handler was when its deadline cancelled it).
+        function, text = ("fail", "raise") if job_id == failing else ("sleep", "trio.sleep")
+        line = _line_of(getattr(probe, function), text)
+        for span in (first, second):
+            exception = _events(span)["exception"]
+            assert (
+                exception["exception.type"]
+                == {
+                    "ProbeFailure": "dataplane.surfaces.probe.ProbeFailure",
+                    "TIMEOUT": "dataplane.worker.pipeline.handler.HandlerTimeout",
+                }[error_type]
+            )
+            assert exception["code.file.path"] == probe.__file__
+            assert exception["code.function.name"] == function
+            assert exception["code.line.number"] == line
+            stack = exception["exception.stacktrace"]
+            assert f'> File "{probe.__file__}", line {line}, in {function}' in stack
     await _assert_no_stray_roots(received)
+
+
+def _line_of(function: Any, text: str) -> int:
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
 
 
 async def test_a_client_db_worker_boots_without_a_trace_and_names_its_statements(

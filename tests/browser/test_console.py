@@ -1,18 +1,26 @@
 """The operator console in Chromium (issue #41): sign in with an operator's token, see
 the poison cards first and watch them update live over SSE, filter the jobs list; a
-viewer sees no action. A real ``dataplane console`` on a queue DB of its own
+viewer sees no action; a job a real handler failed shows each attempt and its
+traceback (issue 55). A real ``dataplane console`` on a queue DB of its own
 (tests/console.py); screenshots in artifacts/screenshots/ as the demo page's tests."""
 
 from __future__ import annotations
 
+import json
+import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, launched_chromium
 from tests.console import TRACE_URL, Console, operator_token, running_console, viewer_token
+from tests.helpers import WorkerProcess, capcom_process, envelope, failing_surface
+
+CAPCOM_TOKEN = "capcom-token-of-the-console-browser-tests"
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -172,3 +180,79 @@ def test_the_latency_alert_link_leads_to_the_slowest_job_and_its_trace(
     expect(tab.get_by_test_id("trace")).to_have_text(trace)
     tab.goto("/jobs/slowest?since=1h&type=surface-none")
     expect(tab.get_by_test_id("error")).to_contain_text("no job of type surface-none completed")
+
+
+def _failed_twice(console: Console, tmp_path: Path) -> tuple[str, str]:
+    """A job of the ``shop`` surface package (tests/helpers.py: a real file outside the
+    plane) that a real worker fails twice, poisoned, with capcom's two reports: its id
+    and the surface's frame."""
+    shop = failing_surface(tmp_path)
+    common = {"MAESTRO_QUEUES_URL": console.dsn, "PYTHONUNBUFFERED": "1"}
+    capcom = capcom_process(common, str(tmp_path / "capcom.log"), CAPCOM_TOKEN)
+    worker = None
+    try:
+        capcom.wait_ready_blocking()
+        worker = WorkerProcess(
+            {
+                **common,
+                **shop.env,
+                "SURFACE_QUEUE_TYPE": shop.queue_type,
+                "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
+                "DATAPLANE_CAPCOM_URL": capcom.base,
+                "DATAPLANE_CAPCOM_TOKEN": CAPCOM_TOKEN,
+            },
+            str(tmp_path / "worker.log"),
+        )
+        worker.wait_ready_blocking()
+        request = envelope("shop", "quote", {})  # as the BFF enqueues it: two tries
+        (job,) = console.one(
+            "INSERT INTO maestro_queues (type, dedupe_key, payload, client, max_dequeues)"
+            " VALUES (%s, %s, %s, 'acme', 2) RETURNING id::text",
+            (shop.queue_type, request.dedupe_key, json.dumps(request.to_json())),
+        )
+        deadline = time.monotonic() + 30
+        while console.one(
+            "SELECT count(*) FROM worker_runs r JOIN maestro_queues q ON q.id = r.job_id"
+            " WHERE q.id = %s AND q.status = 'poison'",
+            (job,),
+        ) != (2,):
+            assert time.monotonic() < deadline, worker.output()
+            time.sleep(0.1)
+        return job, shop.frame
+    finally:
+        for proc in (worker, capcom):
+            if proc is not None:
+                proc.stop()
+
+
+def test_a_failed_job_s_page_shows_each_attempt_and_its_traceback(
+    tab: Page, console: Console, tmp_path: Path
+) -> None:
+    expect = _expect()
+    console.clear()
+    job, frame = _failed_twice(console, tmp_path)
+    _sign_in(tab, operator_token())
+    tab.goto(f"/jobs/{job}")
+    expect(tab.get_by_test_id("status")).to_have_text("poison")
+    rows = tab.get_by_test_id("attempt")
+    expect(rows).to_have_count(2)
+    for i, outcome in enumerate(("failed", "poison")):
+        row = rows.nth(i)
+        expect(row.locator('[data-key="try"]')).to_have_text(str(i + 1))
+        expect(row.locator('[data-key="outcome"]')).to_have_text(outcome)
+        expect(row.locator('[data-key="worker"]')).to_contain_text("surface-shop@")
+        expect(row.locator('[data-key="duration"]')).to_have_text(re.compile(r"^\d+\.\d$"))
+        expect(row.locator('[data-key="error-type"]')).to_have_text("KeyError")
+        expect(row.locator('[data-key="error-message"]')).to_have_text("'oops'")
+        expect(row.locator('[data-key="frame"]')).to_have_text(frame)
+    first = rows.first.get_by_test_id("traceback")
+    expect(first.locator("pre")).to_be_hidden()  # collapsed until asked for
+    first.locator("summary").click()
+    expect(first.locator("pre")).to_be_visible()
+    expect(first.locator("pre")).to_contain_text("KeyError: 'oops'")
+    marks = first.get_by_test_id("surface-frame")
+    expect(marks).to_have_count(2)  # quote, then price_of: the surface's own frames
+    expect(marks.last).to_contain_text("shopsurface/__init__.py")
+    expect(marks.last).to_contain_text("in price_of")
+    expect(rows.nth(1).get_by_test_id("traceback").locator("pre")).to_be_hidden()
+    _shot(tab, "console-job-attempts")

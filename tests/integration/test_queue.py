@@ -24,6 +24,7 @@ from dataplane.queue import (
     split_done_notify,
     wake_channel,
 )
+from telemetry.failures import FAILURES_KEPT, AttemptFailure
 from tests.conftest import wait_until
 from tests.helpers import NOTIFY_SECRET, complete, read_blob
 
@@ -296,6 +297,39 @@ async def test_failed_job_waits_for_its_backoff_then_poisons_at_the_cutoff(
         assert row["completed_at"] is not None
         assert await queue.claim(T, "w") == []
         nursery.cancel_scope.cancel()
+
+
+async def test_each_failure_s_record_is_kept_on_its_row_the_newest_20(
+    queue: QueueClient, db: Database
+) -> None:
+    """job_fail appends the attempt's record to ``errors`` with the database's time, in
+    its fenced statement, and its ``str()`` is ``last_error``: a fenced-out failure adds
+    nothing; 25 failures keep the newest 20, oldest first; a NUL or an unpaired surrogate
+    in a message is written escaped (jsonb and text hold neither) instead of losing the
+    failure."""
+    enq = await queue.enqueue(T, "kept", {}, max_dequeues=30)
+    for n in range(1, 26):
+        job = await _wait_claimable(queue, "w")
+        record = AttemptFailure(n, "w", "KeyError", f"'oops' {n}\x00\ud800", "Traceback\n")
+        assert await queue.fail(job, record, backoff_seconds=0)
+        if n == 25:
+            with pytest.raises(LeaseLost):  # fenced: the claim is no longer held
+                await queue.fail(job, record, backoff_seconds=0)
+    row = await _row(db, enq.job_id)
+    errors = row["errors"]
+    assert isinstance(errors, list) and len(errors) == FAILURES_KEPT == 20
+    kept = [AttemptFailure.from_json(e) for e in errors]
+    assert [k.attempt for k in kept if k] == list(range(6, 26))
+    newest = kept[-1]
+    assert newest is not None and newest.message == "'oops' 25\\x00\\ud800"
+    assert newest.worker == "w" and newest.type == "KeyError" and newest.traceback
+    stamps = [k.at for k in kept if k]
+    assert all(stamps) and stamps == sorted(stamps)  # type: ignore[type-var]
+    assert row["last_error"] == "KeyError: 'oops' 25\\x00\\ud800"  # the record's str()
+    # A failure given as text alone (the queue's callers with no record) keeps the rest.
+    job = await _wait_claimable(queue, "w")
+    await queue.fail(job, "no record", backoff_seconds=0)
+    assert (await _row(db, enq.job_id))["errors"] == errors
 
 
 async def test_expected_error_completes_with_the_error_payload(

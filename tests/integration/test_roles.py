@@ -129,6 +129,7 @@ CASES: list[tuple[str, str, bool]] = [
     ("viewer", "SELECT payload FROM maestro_queues", False),
     ("viewer", "SELECT result FROM maestro_queues", False),
     ("viewer", "SELECT last_error FROM maestro_queues", False),
+    ("viewer", "SELECT errors FROM maestro_queues", False),  # tracebacks: tenants' data
     ("viewer", "SELECT data FROM surface_result_blobs", False),
     ("viewer", f"UPDATE maestro_queues SET status = 'done' WHERE id = {JOB}", False),
     ("viewer", "DELETE FROM worker_runs", False),
@@ -140,6 +141,10 @@ CASES: list[tuple[str, str, bool]] = [
     ("bff", "SELECT * FROM dataplane_overview", False),
     ("worker", "SELECT * FROM dataplane_overview", False),
     ("operator", "SELECT payload, result, last_error FROM maestro_queues", True),
+    ("operator", "SELECT errors FROM maestro_queues", True),
+    ("operator", f"UPDATE maestro_queues SET errors = NULL WHERE id = {JOB}", False),
+    ("worker", f"UPDATE maestro_queues SET errors = '[]' WHERE id = {JOB}", True),
+    ("bff", f"UPDATE maestro_queues SET errors = '[]' WHERE id = {JOB}", False),
     ("operator", "SELECT * FROM worker_runs", True),
     ("operator", "SELECT * FROM dataplane_audit", True),
     (
@@ -338,7 +343,8 @@ async def test_the_fleet_serves_with_a_role_per_process(
     db: Database, logins: dict[str, str], tmp_path: Path
 ) -> None:
     """A BFF, a worker and capcom, each as its own login and none allowed the owner's:
-    a request is answered, and capcom stores the worker's report."""
+    a request is answered, and capcom stores the worker's report; a failed attempt's
+    record is written by the worker's fail statement."""
     capcom_token = secrets.token_urlsafe(24)
     common = {"DATAPLANE_ALLOW_OWNER": "0", "DATAPLANE_PROBE": "1"}
     capcom = capcom_process(
@@ -357,6 +363,7 @@ async def test_the_fleet_serves_with_a_role_per_process(
                 "DATAPLANE_NOTIFY_SECRET": NOTIFY_SECRET,
                 "DATAPLANE_CAPCOM_URL": capcom.base,
                 "DATAPLANE_CAPCOM_TOKEN": capcom_token,
+                "DATAPLANE_FAIL_BACKOFF_SECONDS": "0",
             },
             str(tmp_path / "worker.log"),
         )
@@ -380,8 +387,17 @@ async def test_the_fleet_serves_with_a_role_per_process(
             )
             assert resp.status_code == 202, resp.text
             status, _, events = await read_sse(http, resp.json()["streamUrl"])
-        assert status == 200 and events[-1].name == "done", events
-        assert events[-1].json["result"] == {"echo": 7, "client": "acme"}
+            assert status == 200 and events[-1].name == "done", events
+            assert events[-1].json["result"] == {"echo": 7, "client": "acme"}
+            failing = await http.post(
+                "/api/probe/q", json={"operation": "fail", "params": {"times": 1}}, headers=headers
+            )
+            _, _, events = await read_sse(http, failing.json()["streamUrl"])
+        assert events[-1].name == "done", events  # the second attempt succeeded
+        row = await db.fetchone(
+            "SELECT errors FROM maestro_queues WHERE id = %(id)s", {"id": failing.json()["jobId"]}
+        )
+        assert row is not None and [e["attempt"] for e in row["errors"]] == [1]
         reports = "SELECT count(*) AS n FROM worker_runs"
         await wait_until(lambda: _count(db, reports), within=15)
         for proc in (bff, worker, capcom):

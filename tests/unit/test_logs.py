@@ -89,3 +89,21 @@ def test_the_format_is_checked() -> None:
     assert from_env(LogConfig, {"DATAPLANE_LOG_FORMAT": "json"}).format == "json"
     with pytest.raises(ConfigError, match="DATAPLANE_LOG_FORMAT"):
         from_env(LogConfig, {"DATAPLANE_LOG_FORMAT": "yaml"})
+
+
+def test_a_failed_attempt_s_traceback_follows_its_line_in_both_formats(
+    root_restored: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record's ``traceback`` field (a failed attempt's, formatted where it was made)
+    is printed under its line in the text format and is a field of the JSON line."""
+    tb = 'Traceback (most recent call last):\n> File "shop/h.py", line 3, in f\nKeyError: 1\n'
+    log = logging.getLogger("test.logs.attempt")
+    configure_logging(LogConfig(format="text"))
+    log.error("job j failed", extra={"traceback": tb})
+    first, rest = capsys.readouterr().err.split("\n", 1)
+    assert first.endswith(" ERROR test.logs.attempt: job j failed")
+    assert rest == tb
+    configure_logging(LogConfig(format="json"))
+    log.error("job j failed", extra={"traceback": tb})
+    record = json.loads(capsys.readouterr().err)
+    assert record["message"] == "job j failed" and record["traceback"] == tb

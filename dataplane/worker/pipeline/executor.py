@@ -17,12 +17,15 @@ handed back, ``released``. A
 queue DB out of reach when the outcome is written leaves the row to its lease.
 
 Each attempt runs in its ``process`` span; a failed attempt's span is ERROR with
-``error.type``; a poisoning attempt, a lost lease and a fenced-out write add a
-``POISON``, ``LEASE_LOST`` or ``FENCED_OUT`` event (and a warning line naming the job,
-its type and attempt). All of that is one observer the pipeline calls at its steps
-(:class:`~dataplane.worker.pipeline.observe.Attempt`), so the steps read here in
-order; the completion its value becomes is :mod:`dataplane.worker.pipeline.results`'s,
-the handler's call under its deadline :mod:`dataplane.worker.pipeline.handler`'s.
+``error.type`` and records the exception; the attempt's record (type, message, bounded
+traceback, the surface's frame: :mod:`dataplane.worker.pipeline.failures`) goes to the
+row with the failure, and one ERROR record with the traceback is logged. A poisoning
+attempt, a lost lease and a fenced-out write add a ``POISON``, ``LEASE_LOST`` or
+``FENCED_OUT`` event (and a warning line naming the job, its type and attempt). All of
+that is one observer the pipeline calls at its steps
+(:class:`~dataplane.worker.pipeline.observe.Attempt`), so the steps read here in order;
+the completion its value becomes is :mod:`dataplane.worker.pipeline.results`'s, the
+handler's call under its deadline :mod:`dataplane.worker.pipeline.handler`'s.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dataplane.db import Database
 from dataplane.queue import ClaimedJob, Completion, QueueClient
 from dataplane.queue.envelope import Envelope
 from dataplane.surfaces.manifest import BlobResult, Operation, OperationContext, Surface
+from dataplane.surfaces.sources import surface_sources
 from dataplane.worker.claims.completer import Completer
 from dataplane.worker.claims.held import HeldJobs, Running
 from dataplane.worker.config import WorkerConfig
@@ -103,11 +107,12 @@ class JobExecutor:
         self.single_flight: SingleFlight[Any] = SingleFlight()
         self.deadlines = HandlerDeadlines(held)  # the worker runs it (deadlines.run)
         self.counters = ExecutorCounters()
+        self.sources = surface_sources(surface)  # the frames a failure's traceback marks
 
     async def run(self, running: Running) -> None:
         """Execute one claim; hand the row back if shutdown cancels it unfinished."""
         job = running.job
-        attempt = Attempt(job, self.surface.id, self.reporter)
+        attempt = Attempt(job, self.surface.id, self.reporter, self.sources)
         result = JobResult(Outcome.RELEASED, self._operation_of(job))
         try:
             with attempt.current():
@@ -190,7 +195,7 @@ class JobExecutor:
                 False,
             )
         except Exception as exc:
-            attempt.failed(exc)
+            attempt.failed(exc, operation)
             outcome = await self._fail(running, exc, attempt)
             return JobResult(outcome, operation, cache, error_type=type(exc).__qualname__)
         try:
@@ -319,19 +324,11 @@ class JobExecutor:
 
     async def _fail(self, running: Running, exc: Exception, attempt: Attempt) -> Outcome:
         job = running.job
-        log.warning(
-            "job %s (attempt %d/%d) failed: %r",
-            job.id,
-            job.dequeue_count,
-            job.max_dequeues,
-            exc,
-            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
-        )
         self.held.hand_off(running)
         try:
             status = await self.queue.fail(
                 job,
-                f"{type(exc).__name__}: {exc}",
+                attempt.failure or f"{type(exc).__name__}: {exc}",  # its record, for `errors`
                 backoff_seconds=self.config.queue.fail_backoff_seconds,
             )
         except LeaseLost:

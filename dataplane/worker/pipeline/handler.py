@@ -45,7 +45,8 @@ async def _timed_handler(
     execution (single flight) share the failure, as they share a result."""
     try:
         return await op.handler(ctx)
-    except trio.Cancelled:
+    except trio.Cancelled as cancelled:
         if running.timed_out and not running.lost:
-            raise HandlerTimeout(timeout_message(op, limit)) from None
+            # Its cause is where the handler was when its deadline cancelled it.
+            raise HandlerTimeout(timeout_message(op, limit)) from cancelled
         raise

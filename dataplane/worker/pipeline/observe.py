@@ -12,7 +12,8 @@
 
 :class:`Attempt` is the one observer the executor calls at its steps (made current,
 lease lost, failed, fenced out, poisoned, coalesced, settling, ended), so the pipeline
-reads as its steps and all that observes them is here. :class:`JobResult` is how the
+reads as its steps and all that observes them is here; a failure's record, log record
+and span event are made by :mod:`dataplane.worker.pipeline.failures`. :class:`JobResult` is how the
 attempt ended, as all three tell it.
 """
 
@@ -30,8 +31,11 @@ from opentelemetry.trace import Span, SpanKind
 
 from dataplane.core.errors import LeaseLost
 from dataplane.queue import ClaimedJob
+from dataplane.surfaces.sources import SurfaceSources
+from dataplane.worker.pipeline.failures import failure_of, log_failure, span_attributes
 from dataplane.worker.pipeline.handler import HandlerTimeout
 from dataplane.worker.report import Reporter, rss_bytes
+from telemetry.failures import AttemptFailure
 from telemetry.metrics import (
     OPERATION,
     OUTCOME,
@@ -195,11 +199,29 @@ def job_report(
 class Attempt:
     """One attempt's observation: the executor calls it at its steps."""
 
-    __slots__ = ("cpu_started", "job", "reporter", "span", "started")
+    __slots__ = (
+        "cpu_started",
+        "failure",
+        "job",
+        "reporter",
+        "sources",
+        "span",
+        "started",
+        "surface_id",
+    )
 
-    def __init__(self, job: ClaimedJob, surface_id: str, reporter: Reporter | None) -> None:
+    def __init__(
+        self,
+        job: ClaimedJob,
+        surface_id: str,
+        reporter: Reporter | None,
+        sources: SurfaceSources | None = None,
+    ) -> None:
         self.job = job
+        self.surface_id = surface_id
         self.reporter = reporter
+        self.sources = sources if sources is not None else SurfaceSources()
+        self.failure: AttemptFailure | None = None  # the record of its exception, if any
         self.started = time.perf_counter()  # the attempt's duration is always recorded
         self.cpu_started = time.process_time() if reporter is not None else 0.0
         self.span = process_span(job, surface_id)
@@ -238,11 +260,16 @@ class Attempt:
             self.span.add_event("CANCELLED", attempt_event(self.job))
             failed(self.span, "CANCELLED", "the job was cancelled while it ran")
 
-    def failed(self, exc: Exception) -> None:
-        """The handler (or the job's checks) raised: the attempt failed."""
+    def failed(self, exc: Exception, operation: str) -> AttemptFailure:
+        """The handler (or the job's checks) raised: the attempt failed. Its record
+        (:attr:`failure`, for the row), its one log record, the exception on its span
+        (:mod:`dataplane.worker.pipeline.failures`)."""
+        self.failure, frame = failure_of(exc, self.job, self.sources, trace_id_hex(self.span))
+        log_failure(self.job, self.surface_id, operation, exc, self.failure)
         if self.span.is_recording():
-            self.span.record_exception(exc)
+            self.span.record_exception(exc, span_attributes(self.failure, frame))
             failed(self.span, error_type(exc), f"{type(exc).__name__}: {exc}")
+        return self.failure
 
     def fenced_out(self, write: Literal["complete", "fail"]) -> None:
         """The fence refused the attempt's write (the claim was lost)."""

@@ -1,0 +1,13 @@
+-- Every failed attempt's record on its job (issue 55): `errors`, a jsonb array, newest
+-- last, appended by the worker's fenced fail statement (job_fail) in its transaction,
+-- at most 20 kept (the oldest dropped). Each element: the attempt (the claim's dequeue
+-- count), when (`at`, the queue DB's clock), the worker, the exception's qualified
+-- type, its message, its traceback (at most 16 KiB, the innermost frames kept, the
+-- surface's own frames marked `>`), the innermost frame of the surface's code, and the
+-- attempt's trace id. Null until an attempt fails. An operator's retry keeps it (the
+-- attempt numbers start again: read it by `at`).
+--
+-- Tenants' data (messages and tracebacks may quote params and rows): the operator role
+-- reads it, the viewer role is not granted it (its grants are per column,
+-- sql/roles.sql). A nullable column without a default: no table rewrite.
+ALTER TABLE maestro_queues ADD COLUMN IF NOT EXISTS errors jsonb;
