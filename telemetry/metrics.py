@@ -138,6 +138,13 @@ class Instruments:
             "{job}",
             "Running claims a lease renewal found lost (execution cancelled) (worker)",
         )
+        self.rescued = _counter(
+            meter,
+            "dataplane.jobs.rescued",
+            "{job}",
+            "Running claims of a worker whose liveness lapsed, made claimable by another "
+            "worker's beat before their leases ended (worker)",
+        )
         self.fenced = _counter(
             meter,
             "dataplane.completion.fenced",
@@ -299,7 +306,8 @@ def initialise(
     every surface's, in its tier) to its operation names; ``cacheable`` lists the
     (queue type, operation) pairs with a TTL cache; ``maintained``, the other queue
     types whose rows a worker's maintenance pass may park as poison (``lease_lapsed``:
-    the elected pass covers every type, whichever worker runs it); ``bounded``, the
+    the elected pass covers every type, whichever worker runs it) and whose claims its
+    liveness beat may rescue (``dataplane.jobs.rescued``); ``bounded``, the
     (queue type, operation) pairs with a flow bound.
     """
     m = instruments()
@@ -318,8 +326,9 @@ def initialise(
             m.coalesced.add(0, {**q, "dataplane.layer": "single_flight"})
             for name in names:
                 m.result_invalid.add(0, {**q, OPERATION: name})
-        for queue_type in maintained:
+        for queue_type in maintained:  # any worker's beat rescues claims of any type
             m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
+            m.rescued.add(0, {QUEUE_TYPE: queue_type})
         for queue_type, name in cacheable:
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for queue_type, name in bounded:

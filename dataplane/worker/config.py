@@ -13,6 +13,7 @@ from dataplane.maintenance.retention import RetentionConfig
 from dataplane.maintenance.sampler import SAMPLE_SECONDS
 from dataplane.maintenance.schedule import MAINTENANCE_SECONDS
 from dataplane.queue import QueueConfig, QueueType
+from dataplane.queue.liveness import BEAT_SECONDS, LAPSE_SECONDS, check_liveness
 from dataplane.surfaces import SurfacesConfig
 
 # Jobs a worker runs at once. 64, not DESIGN.md's first 8: a claim, a completion and
@@ -64,6 +65,10 @@ class WorkerConfig:
     max_handler_seconds: float | None = setting(
         "DATAPLANE_MAX_HANDLER_SECONDS", None, minimum=0.001
     )  # caps every operation's timeout_seconds in this worker
+    # Worker liveness (dataplane.queue.liveness): its row renewed every beat; a worker
+    # unseen for the lapse has its running claims rescued by another worker's beat.
+    beat_seconds: float = setting("DATAPLANE_WORKER_BEAT_SECONDS", BEAT_SECONDS, minimum=0.001)
+    lapse_seconds: float = setting("DATAPLANE_WORKER_LAPSE_SECONDS", LAPSE_SECONDS, minimum=0.002)
     maintenance_seconds: float = setting(
         "DATAPLANE_MAINTENANCE_SECONDS", MAINTENANCE_SECONDS, minimum=0.001
     )
@@ -88,6 +93,7 @@ class WorkerConfig:
                 f"lease_seconds ({self.queue.lease_seconds:g}), or leases lapse between "
                 "heartbeats"
             )
+        check_liveness(self.beat_seconds, self.lapse_seconds)
         if not 0 < self.poll_start_ms <= self.idle_ms:
             raise InvalidArgument("poll_start_ms must be > 0 and <= idle_ms")
         if self.inline_max_bytes < 1 or self.shutdown_grace_seconds < 0:
