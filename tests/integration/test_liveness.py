@@ -2,11 +2,16 @@
 a lapsed worker's running claims made claimable by another worker's beat and fenced as
 after a lapsed lease, once however many beat at once; a claim whose worker has no row
 keeps its lease; a worker back from a gap judges nobody for a lapse; a graceful leave
-waits for the last running claim."""
+waits for the last running claim; and ``dataplane invalidate`` says, from the rows,
+which live workers will believe what it sends."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -14,10 +19,12 @@ import trio
 
 from dataplane.core.errors import LeaseLost
 from dataplane.db import Database, Notification
-from dataplane.queue import QueueClient, wake_channel
+from dataplane.queue import INVALIDATE_CHANNEL, QueueClient, wake_channel
 from dataplane.queue.liveness import Liveness, Rescue
+from dataplane.surfaces import probe
+from dataplane.worker import Worker, WorkerConfig
 from tests.conftest import wait_until
-from tests.helpers import complete, liveness_lapsed, submit
+from tests.helpers import NOTIFY_SECRET, complete, liveness_lapsed, submit
 
 T = "surface-probe"
 BEAT, LAPSE = 0.05, 0.3  # seconds: lapses within the test
@@ -153,3 +160,88 @@ async def test_leaving_waits_for_the_last_running_claim(queue: QueueClient, db: 
     await complete(queue, job, {"ok": True})
     assert await worker.leave() is True
     assert await _rows(db) == []
+
+
+# -- dataplane invalidate --------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _serving(queue: QueueClient) -> AsyncIterator[Worker]:
+    """A real worker in this process (the tests' notify secret: sealed tags only)."""
+    worker = Worker(WorkerConfig(queue_type=T, worker_id="w-cli"), probe.SURFACE, queue)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        yield worker
+        worker.stop()
+
+
+async def _invalidate(queue_dsn: str, secret: str | None) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATAPLANE_NOTIFY_SECRET"}
+    env["MAESTRO_QUEUES_URL"] = queue_dsn
+    if secret is not None:
+        env["DATAPLANE_NOTIFY_SECRET"] = secret
+    done = await trio.run_process(
+        [sys.executable, "-m", "dataplane", "invalidate", "c:acme"],
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    return done.returncode, (done.stdout + done.stderr).decode()
+
+
+async def test_invalidate_says_which_live_workers_will_believe_it(
+    queue: QueueClient, db: Database, queue_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the workers' notify secret (or with another) nothing is sent and the
+    command fails saying why; with it, the tag is sealed and the line counts the live
+    workers that drop their entries; with no worker alive it says so."""
+    heard: list[str] = []
+    listener = db.listener([INVALIDATE_CHANNEL])
+
+    async def record() -> None:
+        async for event in listener.events:
+            if isinstance(event, Notification):
+                heard.append(event.payload)
+
+    async def sent_nothing(marker: str) -> None:
+        await queue.notify(INVALIDATE_CHANNEL, marker)  # heard after anything sent before
+        await wait_until(lambda: marker in heard, within=5)
+        assert heard == [marker]
+        heard.clear()
+
+    caplog.set_level(logging.INFO, logger="dataplane.worker.service")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        nursery.start_soon(record)
+        async with _serving(queue) as worker:
+            code, output = await _invalidate(queue_dsn, None)
+            assert code == 1, output
+            assert output.strip() == (
+                "dataplane invalidate: 1 live worker(s) believe only sealed invalidations and"
+                " DATAPLANE_NOTIFY_SECRET is not set (set it to the workers' notify secret);"
+                " nothing sent"
+            )
+            await sent_nothing("marker-1")
+
+            code, output = await _invalidate(queue_dsn, "another-secret-" + "x" * 32)
+            assert code == 1 and "another notify secret" in output and "nothing sent" in output
+            await sent_nothing("marker-2")
+            await wait_until(lambda: worker.invalidations.refused == 2, within=5)  # markers
+
+            code, output = await _invalidate(queue_dsn, NOTIFY_SECRET)
+            assert (code, output.strip()) == (
+                0,
+                "sent 1 tag(s) (sealed); 1 live worker(s) drop their entries",
+            )
+            await wait_until(
+                lambda: any("invalidated tag 'c:acme'" in r.getMessage() for r in caplog.records),
+                within=5,
+            )
+        assert await _rows(db) == []  # stopped: its row went with it
+        code, output = await _invalidate(queue_dsn, None)
+        assert (code, output.strip()) == (
+            0,
+            "sent 1 tag(s); no worker is alive, so no cache holds an entry to drop",
+        )
+        nursery.cancel_scope.cancel()
