@@ -151,7 +151,7 @@ async def _cmd_invalidate(args: argparse.Namespace) -> int:
     live workers will drop their entries: none would, and nothing is sent (exit 1);
     some would not, and the line says so (exit 1)."""
     from dataplane.core.errors import ConfigError, DatabaseError
-    from dataplane.queue.liveness import believes, live_workers, why_unheard
+    from dataplane.worker.claims.liveness import believes, live_workers, why_unheard
 
     config = from_env(QueueConfig)
     async with open_bridge(), open_queue_database(config.url, "invalidate") as db:

@@ -13,8 +13,8 @@ from dataplane.maintenance.retention import RetentionConfig
 from dataplane.maintenance.sampler import SAMPLE_SECONDS
 from dataplane.maintenance.schedule import MAINTENANCE_SECONDS
 from dataplane.queue import QueueConfig, QueueType
-from dataplane.queue.liveness import BEAT_SECONDS, LAPSE_SECONDS, check_liveness
 from dataplane.surfaces import SurfacesConfig
+from dataplane.worker.claims.liveness import BEAT_SECONDS, LAPSE_SECONDS, check_liveness
 
 # Jobs a worker runs at once. 64, not DESIGN.md's first 8: a claim, a completion and
 # their bridge crossings cost the same for 1 row as for 64, so bigger batches cut the
@@ -65,7 +65,7 @@ class WorkerConfig:
     max_handler_seconds: float | None = setting(
         "DATAPLANE_MAX_HANDLER_SECONDS", None, minimum=0.001
     )  # caps every operation's timeout_seconds in this worker
-    # Worker liveness (dataplane.queue.liveness): its row renewed every beat; a worker
+    # Worker liveness (dataplane.worker.claims.liveness): its row renewed every beat; a worker
     # unseen for the lapse has its running claims rescued by another worker's beat.
     beat_seconds: float = setting("DATAPLANE_WORKER_BEAT_SECONDS", BEAT_SECONDS, minimum=0.001)
     lapse_seconds: float = setting("DATAPLANE_WORKER_LAPSE_SECONDS", LAPSE_SECONDS, minimum=0.002)

@@ -16,7 +16,7 @@ of this package:
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
 * the :class:`~dataplane.worker.claims.leases.LeaseKeeper`, renewing held leases;
-* its :class:`~dataplane.queue.liveness.Liveness`, the worker's row of
+* its :class:`~dataplane.worker.claims.liveness.Liveness`, the worker's row of
   ``maestro_workers`` renewed every few seconds, whose beat also rescues the claims
   of workers whose rows lapsed (a dead worker's jobs back in seconds, not at their
   leases' end);
@@ -55,13 +55,13 @@ from dataplane.maintenance.leader import Leader
 from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.liveness import Liveness
 from dataplane.surfaces.manifest import Surface
 from dataplane.worker.claims.cancels import CancelWatch
 from dataplane.worker.claims.claimer import Claimer, flow_bounds
 from dataplane.worker.claims.completer import Completer
 from dataplane.worker.claims.held import HeldJobs
 from dataplane.worker.claims.leases import LeaseKeeper
+from dataplane.worker.claims.liveness import Liveness
 from dataplane.worker.claims.oncall import OnCall
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.invalidations import Invalidations

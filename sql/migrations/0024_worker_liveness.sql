@@ -1,5 +1,5 @@
 -- Worker liveness (issue 55): a dead worker's jobs back in seconds, not at its leases'
--- end (dataplane/queue/liveness.py).
+-- end (dataplane/worker/claims/liveness.py).
 --
 -- One row per worker process, named by the id its claims write into
 -- maestro_queues.locked_by, with the time until which it counts as alive. Each worker

@@ -1,5 +1,5 @@
 -- Worker liveness: a row per worker process in maestro_workers (migration 0024,
--- dataplane/queue/liveness.py).
+-- dataplane/worker/claims/liveness.py).
 
 -- name: worker_beat
 -- This worker is alive until `lapse_seconds` from now. With `rescue`, the same

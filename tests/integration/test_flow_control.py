@@ -12,7 +12,7 @@ import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database
 from dataplane.queue import ClaimedJob, FlowBound, QueueClient
-from dataplane.queue.liveness import Liveness, Rescue
+from dataplane.worker.claims.liveness import Liveness, Rescue
 from tests.conftest import wait_until
 from tests.helpers import NORTH, STAFF, complete, liveness_lapsed, submit
 

@@ -1,4 +1,4 @@
-"""Worker liveness on a real Postgres (``dataplane/queue/liveness.py``, migration 0024):
+"""Worker liveness on a real Postgres (``dataplane/worker/claims/liveness.py``, migration 0024):
 a lapsed worker's running claims made claimable by another worker's beat and fenced as
 after a lapsed lease, once however many beat at once; a claim whose worker has no row
 keeps its lease; a worker back from a gap judges nobody for a lapse; a graceful leave
@@ -20,9 +20,9 @@ import trio
 from dataplane.core.errors import LeaseLost
 from dataplane.db import Database, Notification
 from dataplane.queue import INVALIDATE_CHANNEL, QueueClient, wake_channel
-from dataplane.queue.liveness import Liveness, Rescue
 from dataplane.surfaces import probe
 from dataplane.worker import Worker, WorkerConfig
+from dataplane.worker.claims.liveness import Liveness, Rescue
 from tests.conftest import wait_until
 from tests.helpers import NOTIFY_SECRET, complete, liveness_lapsed, submit
 
@@ -73,7 +73,7 @@ async def test_a_lapsed_worker_s_claims_are_claimable_at_once_and_its_late_write
         assert await live.beat_once() == []  # "dead" is alive still: nothing to rescue
         await wait_until(lambda: liveness_lapsed(db, "dead"), within=5)
         wakes.clear()
-        with caplog.at_level(logging.WARNING, logger="dataplane.queue.liveness"):
+        with caplog.at_level(logging.WARNING, logger="dataplane.worker.claims.liveness"):
             assert await live.beat_once() == [Rescue("dead", T, 1)]
         await wait_until(lambda: wakes == [wake_channel(T)], within=5)
         nursery.cancel_scope.cancel()

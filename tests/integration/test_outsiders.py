@@ -31,8 +31,8 @@ from dataplane.maintenance.retention import RetentionConfig
 from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.liveness import Liveness, Rescue
 from dataplane.queue.migrations import migrate
+from dataplane.worker.claims.liveness import Liveness, Rescue
 from tests.conftest import connect_only_role, wait_until
 from tests.helpers import WorkerProcess, complete, liveness_lapsed, submit
 

@@ -16,7 +16,7 @@ from dataplane.maintenance.leader import LEADER_TERM
 from dataplane.maintenance.retention import ReapResult
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
-from dataplane.queue.liveness import Liveness
+from dataplane.worker.claims.liveness import Liveness
 from telemetry import metrics
 from tests.conftest import wait_until
 from tests.helpers import liveness_lapsed, submit
