@@ -28,7 +28,7 @@ CONCURRENCY = 64
 # the wait) rather than open one each: a failure storm at concurrency 64 must not take
 # 68 of the server's connections.
 QUEUE_POOL_JOBS = 8  # connections for per-job statements (fail, release)
-QUEUE_POOL_SERVICES = 4  # claimer, completer, lease keeper, maintenance and sampler
+QUEUE_POOL_SERVICES = 4  # claimer, completer, lease keeper, liveness, maintenance, sampler
 RENEW_SECONDS = 60.0  # heartbeat cadence
 POLL_START_MS = 100  # first idle poll backoff, milliseconds
 IDLE_MS = 2000  # idle poll backoff ceiling, milliseconds
