@@ -47,6 +47,10 @@ claims rescued and run again elsewhere; its own late writes are fenced out once
 they are re-claimed. A handler must not block the loop that long (it stalls every
 other job of that worker, and its heartbeat, already); a surface that must, raises
 ``DATAPLANE_WORKER_LAPSE_SECONDS``.
+
+The rows are read too: :func:`live_workers` and :func:`believes` tell
+``dataplane invalidate`` which live workers will believe a tag it sends (each row
+names the key ids of the notify secrets its worker opens with).
 """
 
 from __future__ import annotations
