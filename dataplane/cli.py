@@ -150,9 +150,37 @@ async def _cmd_demo_db(args: argparse.Namespace) -> int:
 
 
 async def _cmd_invalidate(args: argparse.Namespace) -> int:
-    async with open_bridge(), _queue_db("invalidate") as db:
-        await QueueClient(db).invalidate(*args.tags)
-    print(f"invalidated {len(args.tags)} tag(s) on every worker")
+    """Send the tags, sealed with ``DATAPLANE_NOTIFY_SECRET`` when set, and say how many
+    live workers will drop their entries: none would, and nothing is sent (exit 1);
+    some would not, and the line says so (exit 1)."""
+    from dataplane.core.errors import ConfigError, DatabaseError
+    from dataplane.worker.claims.liveness import believes, live_workers, why_unheard
+
+    config = from_env(QueueConfig)
+    async with open_bridge(), open_queue_database(config.url, "invalidate") as db:
+        queue = QueueClient(db, config)
+        try:
+            live = await live_workers(db)
+        except DatabaseError as exc:
+            raise DatabaseError(
+                f"cannot read which workers are alive ({exc}); nothing sent"
+            ) from None
+        deaf = [w for w in live if not believes(w, queue.seal)]
+        if deaf and len(deaf) == len(live):
+            raise ConfigError(f"{why_unheard(deaf, queue.seal)}; nothing sent")
+        await queue.invalidate(*args.tags)
+    sent = f"{len(args.tags)} tag(s)" + (" (sealed)" if queue.seal is not None else "")
+    if not live:
+        print(f"sent {sent}; no worker is alive, so no cache holds an entry to drop")
+    elif deaf:
+        print(
+            f"dataplane invalidate: sent {sent}; {len(live) - len(deaf)} of {len(live)} live"
+            f" worker(s) drop their entries, not the others: {why_unheard(deaf, queue.seal)}",
+            file=sys.stderr,
+        )
+        return 1
+    else:
+        print(f"sent {sent}; {len(live)} live worker(s) drop their entries")
     return 0
 
 

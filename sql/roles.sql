@@ -15,7 +15,7 @@ DECLARE
     r text;
     tables text := 'maestro_queues, surface_result_blobs, worker_runs, dataplane_elections,'
                    ' dataplane_migrations, maestro_flow, dataplane_audit, maestro_paused,'
-                   ' dataplane_overview';
+                   ' dataplane_overview, maestro_workers';
     everyone text := 'dataplane_bff, dataplane_worker, dataplane_capcom, dataplane_scaler,'
                      ' dataplane_viewer, dataplane_operator';
 BEGIN
@@ -72,6 +72,9 @@ BEGIN
     GRANT SELECT, INSERT, UPDATE ON maestro_flow TO dataplane_worker;
     -- Pause (issue 41): the claim reads whether its type is paused.
     GRANT SELECT ON maestro_paused TO dataplane_worker;
+    -- Liveness (0024): a worker beats its own row and, rescuing a lapsed worker,
+    -- deletes that worker's row; a graceful stop deletes its own.
+    GRANT SELECT, INSERT, UPDATE, DELETE ON maestro_workers TO dataplane_worker;
     IF current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE 'GRANT MAINTAIN ON maestro_queues, surface_result_blobs TO dataplane_worker';
     END IF;
@@ -106,6 +109,9 @@ BEGIN
                     dataplane_migrations
         TO dataplane_operator;
     GRANT INSERT ON dataplane_audit TO dataplane_operator;
+    -- Which workers are alive, and which notify secrets they open with (`dataplane
+    -- invalidate` says who will believe a tag); never a write: only workers beat.
+    GRANT SELECT ON maestro_workers TO dataplane_operator;
     -- Cancel a pending or running job (dataplane/operator/cancel.py): its lock (FOR
     -- UPDATE) and the columns its statement writes (who cancelled it, 0025), no other.
     GRANT UPDATE (status, completed_at, lease_expires_at, cancelled_by, cancelled_operator,

@@ -1,4 +1,5 @@
-"""Every metric instrument of the data plane, declared in this one place.
+"""Every counter and histogram of the data plane, declared in this one place (the
+gauges of observed state beside the state they read, :mod:`telemetry.observed`).
 
 Instruments come from the global meter provider, so they are no-ops until
 :func:`telemetry.otel.setup_telemetry` installs a real one. Names follow
@@ -34,16 +35,8 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 # The observed state, its trackers and the queue sample live in their own module;
 # they are imported from here too (``as``: re-exported).
 from telemetry.observed import QUEUE_TYPE as QUEUE_TYPE
+from telemetry.observed import create_observed_gauges
 from telemetry.observed import current_queue_sample as current_queue_sample
-from telemetry.observed import (
-    observe_depth,
-    observe_listeners,
-    observe_oldest,
-    observe_paused,
-    observe_pool_connections,
-    observe_pool_pending,
-    observe_waiters,
-)
 from telemetry.observed import publish_queue_sample as publish_queue_sample
 from telemetry.observed import track_listener as track_listener
 from telemetry.observed import track_pool as track_pool
@@ -107,7 +100,7 @@ class Instruments:
             "{report}",
             "Job reports written to worker_runs (telemetry receiver)",
         )
-        _observed_gauges(meter)
+        create_observed_gauges(meter)  # beside the state they read (telemetry.observed)
 
     def _worker(self, meter: Meter) -> None:
         self.process_duration = _histogram(
@@ -144,6 +137,13 @@ class Instruments:
             "dataplane.lease.lost",
             "{job}",
             "Running claims a lease renewal found lost (execution cancelled) (worker)",
+        )
+        self.rescued = _counter(
+            meter,
+            "dataplane.jobs.rescued",
+            "{job}",
+            "Running claims of a worker whose liveness lapsed, made claimable by another "
+            "worker's beat before their leases ended (worker)",
         )
         self.fenced = _counter(
             meter,
@@ -230,54 +230,6 @@ class Instruments:
             "open with the notify secret or parse (its row was read), or a payload naming "
             "no job (BFF)",
         )
-        meter.create_observable_up_down_counter(  # read when collected: free per request
-            "dataplane.waiters",
-            callbacks=[observe_waiters],
-            unit="{stream}",
-            description="Streams waiting for an answer (BFF)",
-        )
-
-
-def _observed_gauges(meter: Meter) -> None:
-    """The gauges of observed state (:mod:`telemetry.observed`)."""
-    meter.create_observable_gauge(
-        "dataplane.queue.depth",
-        callbacks=[observe_depth],
-        unit="{job}",
-        description="Rows by queue type and state (ready, backing_off, running, "
-        "lease_lapsed, poison), sampled by one elected worker",
-    )
-    meter.create_observable_gauge(
-        "dataplane.queue.oldest_ready_age",
-        callbacks=[observe_oldest],
-        unit="s",
-        description="Age of the oldest claimable row since it became claimable, by queue "
-        "type (0: none), sampled by one elected worker",
-    )
-    meter.create_observable_gauge(
-        "dataplane.queue.paused",
-        callbacks=[observe_paused],
-        unit="1",
-        description="1 while a queue type is paused (its claims take nothing), 0 otherwise",
-    )
-    meter.create_observable_gauge(
-        "dataplane.listen.connected",
-        callbacks=[observe_listeners],
-        unit="1",
-        description="1 while the process's LISTEN connection is up, 0 while it is down",
-    )
-    meter.create_observable_gauge(
-        "dataplane.db.pool.connections",
-        callbacks=[observe_pool_connections],
-        unit="{connection}",
-        description="Pooled connections by state (used, idle)",
-    )
-    meter.create_observable_gauge(
-        "db.client.connection.pending_requests",
-        callbacks=[observe_pool_pending],
-        unit="{request}",
-        description="Callers waiting for a free pooled connection",
-    )
 
 
 def _histogram(meter: Meter, name: str, description: str) -> Histogram:
@@ -354,7 +306,8 @@ def initialise(
     every surface's, in its tier) to its operation names; ``cacheable`` lists the
     (queue type, operation) pairs with a TTL cache; ``maintained``, the other queue
     types whose rows a worker's maintenance pass may park as poison (``lease_lapsed``:
-    the elected pass covers every type, whichever worker runs it); ``bounded``, the
+    the elected pass covers every type, whichever worker runs it) and whose claims its
+    liveness beat may rescue (``dataplane.jobs.rescued``); ``bounded``, the
     (queue type, operation) pairs with a flow bound.
     """
     m = instruments()
@@ -373,8 +326,9 @@ def initialise(
             m.coalesced.add(0, {**q, "dataplane.layer": "single_flight"})
             for name in names:
                 m.result_invalid.add(0, {**q, OPERATION: name})
-        for queue_type in maintained:
+        for queue_type in maintained:  # any worker's beat rescues claims of any type
             m.poison.add(0, {QUEUE_TYPE: queue_type, REASON: "lease_lapsed"})
+            m.rescued.add(0, {QUEUE_TYPE: queue_type})
         for queue_type, name in cacheable:
             m.cache_hits.add(0, {QUEUE_TYPE: queue_type, OPERATION: name})
         for queue_type, name in bounded:

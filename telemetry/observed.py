@@ -14,7 +14,9 @@ counted per event (free on the request path).
   no lock (the collector may run it on a thread that holds it): it only queues the
   key, and the next reader or writer under the lock drops it.
 
-The instruments that read this are declared in :mod:`telemetry.metrics`.
+The observable instruments that read it are declared here too, beside what they read
+(:func:`create_observed_gauges`, called with every other instrument by
+:mod:`telemetry.metrics`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 QUEUE_TYPE = "messaging.destination.name"  # as metrics.QUEUE_TYPE (the span attribute's key)
 
@@ -198,3 +200,54 @@ def observe_paused(_: CallbackOptions) -> Iterable[Observation]:
             return []
         types, paused = set(_sample.oldest) | _sample.paused, _sample.paused
     return [Observation(int(t in paused), {QUEUE_TYPE: t}) for t in sorted(types)]
+
+
+# -- the instruments that read it ----------------------------------------------------
+
+
+def create_observed_gauges(meter: Meter) -> None:
+    """The instruments of observed state, read when collected: free per event."""
+    meter.create_observable_up_down_counter(
+        "dataplane.waiters",
+        callbacks=[observe_waiters],
+        unit="{stream}",
+        description="Streams waiting for an answer (BFF)",
+    )
+    meter.create_observable_gauge(
+        "dataplane.queue.depth",
+        callbacks=[observe_depth],
+        unit="{job}",
+        description="Rows by queue type and state (ready, backing_off, running, "
+        "lease_lapsed, poison), sampled by one elected worker",
+    )
+    meter.create_observable_gauge(
+        "dataplane.queue.oldest_ready_age",
+        callbacks=[observe_oldest],
+        unit="s",
+        description="Age of the oldest claimable row since it became claimable, by queue "
+        "type (0: none), sampled by one elected worker",
+    )
+    meter.create_observable_gauge(
+        "dataplane.queue.paused",
+        callbacks=[observe_paused],
+        unit="1",
+        description="1 while a queue type is paused (its claims take nothing), 0 otherwise",
+    )
+    meter.create_observable_gauge(
+        "dataplane.listen.connected",
+        callbacks=[observe_listeners],
+        unit="1",
+        description="1 while the process's LISTEN connection is up, 0 while it is down",
+    )
+    meter.create_observable_gauge(
+        "dataplane.db.pool.connections",
+        callbacks=[observe_pool_connections],
+        unit="{connection}",
+        description="Pooled connections by state (used, idle)",
+    )
+    meter.create_observable_gauge(
+        "db.client.connection.pending_requests",
+        callbacks=[observe_pool_pending],
+        unit="{request}",
+        description="Callers waiting for a free pooled connection",
+    )

@@ -66,6 +66,15 @@ async def session_locks(db: Database) -> tuple[int, int]:
     return int(row["held"]), int(row["waiting"])
 
 
+async def liveness_lapsed(db: Database, worker_id: str) -> bool:
+    """Whether ``worker_id``'s row of ``maestro_workers`` has lapsed in Postgres' clock."""
+    row = await db.fetchone(
+        "SELECT alive_until < now() AS lapsed FROM maestro_workers WHERE worker_id = %(w)s",
+        {"w": worker_id},
+    )
+    return bool(row and row["lapsed"])
+
+
 async def submit(
     queue: QueueClient,
     surface: str,

@@ -110,6 +110,17 @@ class NotifySeal:
         self._counter = itertools.count(1)
         self._opened: OrderedDict[bytes, AESGCM] = OrderedDict()
 
+    @property
+    def key_id(self) -> str:
+        """The key id (hex) this seal seals with: its first secret's."""
+        return self._kid.hex()
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The key ids (hex) of every secret this seal opens with. A key id names a
+        secret without revealing it: every sealed notify carries it in clear."""
+        return tuple(kid.hex() for kid in self._keys)
+
     @classmethod
     def from_setting(cls, value: str | None) -> NotifySeal | None:
         """From ``DATAPLANE_NOTIFY_SECRET`` (comma-separated secrets); None when unset."""

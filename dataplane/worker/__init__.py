@@ -5,6 +5,8 @@
 * :mod:`~dataplane.worker.service`: :class:`Worker`, the services of one worker;
 * :mod:`~dataplane.worker.claims.claimer`: claims, never more than the free slots;
 * :mod:`~dataplane.worker.claims.leases`: the lease keeper (heartbeat);
+* :mod:`~dataplane.worker.claims.liveness`: the worker's liveness row, whose beat
+  rescues a dead worker's claims;
 * :mod:`~dataplane.worker.pipeline.executor`: one job's pipeline, claim to row write;
 * :mod:`~dataplane.worker.claims.completer`: batched, retried completion;
 * :mod:`~dataplane.worker.claims.held`: the claims held;

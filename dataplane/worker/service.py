@@ -17,6 +17,10 @@ of this package:
   notify wakes this worker's claimer and LISTENs on the wake channel only then (one
   worker of the type is on call: no thundering herd);
 * the :class:`~dataplane.worker.claims.leases.LeaseKeeper`, renewing held leases;
+* its :class:`~dataplane.worker.claims.liveness.Liveness`, the worker's row of
+  ``maestro_workers`` renewed every few seconds, whose beat also rescues the claims
+  of workers whose rows lapsed (a dead worker's jobs back in seconds, not at their
+  leases' end);
 * the :class:`~dataplane.worker.pipeline.deadlines.HandlerDeadlines`, cancelling an execution
   past its operation's timeout;
 * the :class:`~dataplane.worker.claims.completer.Completer`, committing in batches;
@@ -34,7 +38,8 @@ and, in a nursery of their own, one task per claim, each a
 :class:`~dataplane.worker.pipeline.executor.JobExecutor` run.
 
 Shutdown (:meth:`Worker.stop`): stop claiming, let in-flight jobs finish within
-the grace period, then release what is still held (not counted toward poison).
+the grace period, then release what is still held (not counted toward poison), and
+remove the liveness row once no claim of this worker is left running.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from dataplane.worker.claims.claimer import Claimer, flow_bounds
 from dataplane.worker.claims.completer import Completer
 from dataplane.worker.claims.held import HeldJobs
 from dataplane.worker.claims.leases import LeaseKeeper
+from dataplane.worker.claims.liveness import Liveness
 from dataplane.worker.claims.oncall import OnCall
 from dataplane.worker.config import WorkerConfig
 from dataplane.worker.invalidations import Invalidations
@@ -129,6 +135,14 @@ class Worker:
         )
         self.executor.on_retry = self.claimer.retry_due
         self.leases = LeaseKeeper(config, queue, self.held)
+        self.liveness = Liveness(
+            queue.db,
+            config.worker_id,
+            config.queue_type,
+            opens=queue.seal.key_ids if queue.seal is not None else None,
+            beat=config.beat_seconds,
+            lapse=config.lapse_seconds,
+        )
         # It starts listening on the wake channel too (answering every notify until the
         # on-call lock's connection is up); OnCall then keeps it there only while on call.
         self.cancel_channel = config.parsed_type.cancel_channel
@@ -148,23 +162,25 @@ class Worker:
         self.invalidations = Invalidations(queue.seal)
         self.notify_wakes = 0
         self.notifies_ignored = 0
-        # The fleet's maintenance, where this worker leads it (one leader of the fleet).
-        self.leader = Leader(queue.db)
+        self._build_maintenance(config, queue.db)
+        self._stopping = False
+        self._starting = trio.CancelScope()  # until every service has started
+        self._jobs_scope = trio.CancelScope()
+
+    def _build_maintenance(self, config: WorkerConfig, db: Database) -> None:
+        """The fleet's maintenance, run where this worker leads it (one leader of the
+        fleet): the pass schedule, the depth sampler and the growth watch."""
+        self.leader = Leader(db)
         self.maintenance = Maintenance(
-            queue.db,
+            db,
             interval=config.maintenance_seconds,
             retention=config.retention,
             holder=self.leader.holder,
             keep=self.leader.term,
         )
-        self.sampler = QueueSampler(
-            queue.db, interval=config.sample_seconds, types=[config.queue_type]
-        )
-        for service in (self.maintenance.run, self.sampler.run, GrowthWatch(queue.db).run):
+        self.sampler = QueueSampler(db, interval=config.sample_seconds, types=[config.queue_type])
+        for service in (self.maintenance.run, self.sampler.run, GrowthWatch(db).run):
             self.leader.add(service)
-        self._stopping = False
-        self._starting = trio.CancelScope()  # until every service has started
-        self._jobs_scope = trio.CancelScope()
 
     @property
     def stopping(self) -> bool:
@@ -187,6 +203,7 @@ class Worker:
                 await services.start(self.cancels.run)
                 services.start_soon(self._dispatch_notifications)
                 await services.start(self.completer.run)
+                await services.start(self.liveness.run)  # its row before its first claim
                 await services.start(self.oncall.run)
                 services.start_soon(self.leases.run)
                 services.start_soon(self.executor.deadlines.run)
@@ -198,19 +215,23 @@ class Worker:
             if self._stopping:
                 log.info("worker %s stopped while starting", self.config.worker_id)
                 services.cancel_scope.cancel()
-                return
-            log.info(
-                "worker %s serving %s (concurrency %d)",
-                self.config.worker_id,
-                self.config.queue_type,
-                self.config.concurrency,
-            )
-            with self._jobs_scope:
-                async with trio.open_nursery() as jobs:
-                    task_status.started()
-                    await self.claimer.run(jobs)
-            log.info("worker %s stopped", self.config.worker_id)
-            services.cancel_scope.cancel()
+            else:
+                await self._serve(services, task_status)
+        await self.liveness.leave()  # its beats have stopped; every claim is let go
+
+    async def _serve(self, services: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        log.info(
+            "worker %s serving %s (concurrency %d)",
+            self.config.worker_id,
+            self.config.queue_type,
+            self.config.concurrency,
+        )
+        with self._jobs_scope:
+            async with trio.open_nursery() as jobs:
+                task_status.started()
+                await self.claimer.run(jobs)
+        log.info("worker %s stopped", self.config.worker_id)
+        services.cancel_scope.cancel()
 
     def stop(self, *, force: bool = False) -> None:
         """Stop claiming; in-flight jobs get the grace period (none if ``force``),

@@ -1,9 +1,11 @@
 """Flow control across a fleet: three real ``dataplane worker`` processes and a burst of
 ``probe.bounded`` (``max_concurrency=2``) never run more than 2 of it at once, audited
-by the rows; meanwhile ``probe.echo``, of the same surface, keeps its idle latency."""
+by the rows; meanwhile ``probe.echo``, of the same surface, keeps its idle latency. A
+worker killed holding both slots frees them when its liveness lapses, not its leases."""
 
 from __future__ import annotations
 
+import signal
 import statistics
 import uuid
 from collections.abc import Callable
@@ -118,3 +120,42 @@ async def test_three_workers_run_a_bounded_burst_at_most_two_at_a_time(
     assert max(during_ms) < 250
     for worker in workers:
         assert "Traceback" not in worker.output()
+
+
+async def _bounded_running(queue: QueueClient) -> list[str]:
+    """Who holds the running (unexpired lease) attempts of probe.bounded."""
+    rows = await queue.db.fetchall(
+        "SELECT locked_by FROM maestro_queues WHERE status = 'in_progress'"
+        " AND lease_expires_at > now() AND payload ->> 'operation' = 'bounded'"
+    )
+    return [r["locked_by"] for r in rows]
+
+
+async def _holders_are(queue: QueueClient, pids: list[str]) -> bool:
+    holders = await _bounded_running(queue)
+    return len(holders) == len(pids) and all(p in h for p, h in zip(pids, holders, strict=True))
+
+
+async def test_a_killed_worker_s_bounded_slots_free_within_15_s(
+    queue: QueueClient, spawn_worker: Callable[..., Any]
+) -> None:
+    """kill -9 of the worker holding both of probe.bounded's slots, with the seed's
+    120 s lease: a fresh worker claims the operation's jobs within 15 s of the kill, when
+    the killed worker's liveness lapses (before: not until its leases ended, 110 s and
+    more measured), and the bound still holds."""
+    first = await spawn_worker()
+    for i in range(4):
+        await submit(queue, "probe", "bounded", {"ms": 60_000, "nonce": str(i)})
+    pid = f":{first.proc.pid}:"
+    await wait_until(lambda: _holders_are(queue, [pid, pid]), within=10)  # both slots taken
+    first.signal(signal.SIGKILL)
+    at = trio.current_time()
+    first.wait(10)
+    fresh = await spawn_worker()
+    fresh_pid = f":{fresh.proc.pid}:"
+    await wait_until(lambda: _holders_are(queue, [fresh_pid, fresh_pid]), within=20)
+    took = trio.current_time() - at
+    print(f"kill -9 -> probe.bounded's slots taken by a fresh worker in {took:.1f} s")
+    assert took < 15
+    assert len(await _bounded_running(queue)) == BOUND
+    assert "2 running claim(s) rescued" in fresh.output()

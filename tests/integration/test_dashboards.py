@@ -522,6 +522,7 @@ COUNTERS = [
         "cache_hits",
         "poison",
         "lease_lost",
+        "jobs_rescued",
         "completion_fenced",
         "capcom_dropped",
         "capcom_received",

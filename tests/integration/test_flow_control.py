@@ -12,7 +12,9 @@ import trio
 
 from dataplane.db import Database, DatabaseConfig, open_database
 from dataplane.queue import ClaimedJob, FlowBound, QueueClient
-from tests.helpers import NORTH, STAFF, complete, submit
+from dataplane.worker.claims.liveness import Liveness, Rescue
+from tests.conftest import wait_until
+from tests.helpers import NORTH, STAFF, complete, liveness_lapsed, submit
 
 T = "surface-probe"
 BOUNDED = {"sleep": FlowBound(max=2)}
@@ -80,6 +82,26 @@ async def test_a_finished_or_lapsed_attempt_frees_its_slot(
     fourth = await queue.claim_batch(T, "w3", limit=10, bounds=BOUNDED)
     assert len(fourth.jobs) == 1  # one slot free: the lapsed row or another, one only
     assert len(await _running(db, "sleep")) == 2
+
+
+async def test_a_dead_worker_s_slots_free_when_its_liveness_lapses(
+    queue: QueueClient, db: Database
+) -> None:
+    """A worker that died holding an operation's slots, with the seed's 120 s lease:
+    another worker's beat rescues its claims once its liveness lapsed, and the slots
+    are free at once (before, they stayed taken until the leases ended)."""
+    await _burst(queue, sleeps=4, echoes=0)
+    dead = Liveness(db, "w1", T, opens=None, beat=0.05, lapse=0.3)
+    await dead.beat_once()
+    first = await queue.claim_batch(T, "w1", limit=10, bounds=BOUNDED)
+    assert len(first.jobs) == 2 and first.deferred == ["sleep"]
+    assert (await queue.claim_batch(T, "w2", limit=10, bounds=BOUNDED)).jobs == []
+    await wait_until(lambda: liveness_lapsed(db, "w1"), within=5)
+    fresh = Liveness(db, "w2", T, opens=None, beat=0.05, lapse=30)  # rescues at once
+    assert await fresh.beat_once() == [Rescue("w1", T, 2)]
+    assert await _running(db, "sleep") == []
+    again = await queue.claim_batch(T, "w2", limit=10, bounds=BOUNDED)
+    assert len(again.jobs) == 2 and len(await _running(db, "sleep")) == 2
 
 
 async def test_the_per_client_bound_leaves_other_clients_their_turn(

@@ -1,11 +1,13 @@
-"""A role that may merely connect to the queue DB cannot steer the fleet's elections.
+"""A role that may merely connect to the queue DB cannot steer the fleet's elections,
+nor its workers' liveness.
 
 Advisory locks need no privilege: a connect-only role used to hold
 ``pg_try_advisory_lock(hashtext('dataplane.maintenance'))`` (or the sampler's) and
 silently stop maintenance and the depth gauges everywhere. The elections are rows of
-``dataplane_elections`` now, which such a role can neither take nor hold. The workers'
-on-call lock stays an advisory lock (Postgres hands it to one waiter): a worker that
-finds it held by a role not the plane's answers every notify, warns and counts it.
+``dataplane_elections`` now, which such a role can neither take nor hold; worker
+liveness is rows of ``maestro_workers``, which it can neither keep alive nor end. The
+workers' on-call lock stays an advisory lock (Postgres hands it to one waiter): a worker
+that finds it held by a role not the plane's answers every notify, warns and counts it.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from dataplane.maintenance.sampler import QueueSampler
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
 from dataplane.queue.migrations import migrate
+from dataplane.worker.claims.liveness import Liveness, Rescue
 from tests.conftest import connect_only_role, wait_until
-from tests.helpers import WorkerProcess, complete, submit
+from tests.helpers import WorkerProcess, complete, liveness_lapsed, submit
 
 OLD_LOCKS = ("dataplane.maintenance", "dataplane.queue_sampler")
 
@@ -70,6 +73,44 @@ async def test_a_connect_only_role_cannot_stop_maintenance(
             assert leader.leading
             nursery.cancel_scope.cancel()
         assert leader.leading is False and sampler.sampling is False  # stepped down
+
+
+async def test_a_connect_only_role_can_neither_keep_nor_end_a_worker_s_liveness(
+    queue: QueueClient, db: Database, outsider: str
+) -> None:
+    """It cannot keep a dead worker's row alive (its claims held until their leases
+    end), nor make a live worker's row lapse or go (its claims taken over while it runs
+    them), nor rescue a claim by hand."""
+    dead = Liveness(db, "dead", "surface-probe", opens=None, beat=0.05, lapse=0.3)
+    live = Liveness(db, "live", "surface-probe", opens=None, beat=0.05, lapse=30)
+    await dead.beat_once()
+    await live.beat_once()
+    for n in range(2):
+        await submit(queue, "probe", "sleep", {"ms": n})
+    (held_by_dead,) = await queue.claim("surface-probe", "dead")
+    (held_by_live,) = await queue.claim("surface-probe", "live")
+    later = "now() + interval '1 day'"
+    with psycopg.connect(outsider, autocommit=True) as conn:
+        for statement in (
+            f"UPDATE maestro_workers SET alive_until = {later} WHERE worker_id = 'dead'",
+            "INSERT INTO maestro_workers (worker_id, type, alive_until)"
+            f" VALUES ('dead', 'surface-probe', {later}) ON CONFLICT (worker_id)"
+            " DO UPDATE SET alive_until = excluded.alive_until",
+            "UPDATE maestro_workers SET alive_until = now() - interval '1 day'"
+            " WHERE worker_id = 'live'",
+            "DELETE FROM maestro_workers WHERE worker_id = 'live'",
+            "SELECT worker_id, opens FROM maestro_workers",
+            "UPDATE maestro_queues SET lease_expires_at = now(), available_at = now()"
+            " WHERE locked_by = 'live'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)  # type: ignore[call-overload]
+
+    await wait_until(lambda: liveness_lapsed(db, "dead"), within=5)
+    assert await live.beat_once() == [Rescue("dead", "surface-probe", 1)]
+    (taken,) = await queue.claim("surface-probe", "live", limit=2)  # the dead one's only
+    assert taken.id == held_by_dead.id
+    assert await queue.renew([held_by_live]) == {held_by_live.id}  # still the live one's
 
 
 def _metric(port: int, name: str) -> float:

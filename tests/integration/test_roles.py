@@ -52,6 +52,10 @@ REPORT = (
 )
 PAUSED_READ = "SELECT 1 FROM maestro_paused WHERE type = 'surface-probe'"
 ELECT = "INSERT INTO dataplane_elections (name, holder, until) VALUES ('x', 'h', now())"
+BEAT = (  # a worker's liveness row (migration 0024)
+    "INSERT INTO maestro_workers (worker_id, type, alive_until)"
+    " VALUES ('w9', 'surface-probe', now() + interval '10 s')"
+)
 DENIED_TO_ALL = [
     "ALTER TABLE maestro_queues ADD COLUMN extra int",
     "TRUNCATE maestro_queues",
@@ -215,6 +219,20 @@ CASES: list[tuple[str, str, bool]] = [
         False,
     ),
     ("operator", "UPDATE maestro_flow SET type = type", False),
+    # Worker liveness (migration 0024): only workers write it; operators read it.
+    ("worker", BEAT, True),
+    ("worker", "UPDATE maestro_workers SET alive_until = now()", True),
+    ("worker", "DELETE FROM maestro_workers", True),
+    ("operator", "SELECT worker_id, type, opens, alive_until FROM maestro_workers", True),
+    ("operator", BEAT, False),
+    ("operator", "UPDATE maestro_workers SET alive_until = now()", False),
+    ("operator", "DELETE FROM maestro_workers", False),
+    ("bff", "SELECT worker_id FROM maestro_workers", False),
+    ("bff", BEAT, False),
+    ("capcom", BEAT, False),
+    ("scaler", "SELECT worker_id FROM maestro_workers", False),
+    ("viewer", "SELECT worker_id FROM maestro_workers", False),
+    ("viewer", "DELETE FROM maestro_workers", False),
 ]
 CASES += [(process, stmt, False) for process in GROUPS for stmt in DENIED_TO_ALL]
 

@@ -488,6 +488,30 @@ async def test_a_lost_lease_cancels_the_job_and_drops_its_result(
     assert [r.outcome for r in reports.items] == ["lost"]
 
 
+async def test_a_worker_beats_and_leaves_its_liveness_row_after_its_release(
+    queue: QueueClient, db: Database
+) -> None:
+    """Serving, its row of maestro_workers is alive and names the key ids of its notify
+    secrets; stopped gracefully, it releases what outlives the grace, then removes it."""
+    alive = (
+        "SELECT type, opens, alive_until > now() AS alive FROM maestro_workers"
+        " WHERE worker_id = 'beating'"
+    )
+    async with running_worker(queue, shutdown_grace_seconds=0.3, worker_id="beating") as (
+        worker,
+        _,
+    ):
+        row = await db.fetchone(alive)
+        assert queue.seal is not None and row is not None
+        assert dict(row) == {"type": "surface-probe", "opens": [queue.seal.key_id], "alive": True}
+        slow = await submit(queue, "probe", "sleep", {"ms": 30_000})
+        await wait_until(lambda: worker.statistics().in_flight == 1, within=5)
+        worker.stop()
+    released = await queue.get(slow.job_id)
+    assert released is not None and released.status == "pending"
+    assert await db.fetchone(alive) is None
+
+
 async def test_shutdown_releases_what_outlives_the_grace(queue: QueueClient) -> None:
     async with running_worker(queue, shutdown_grace_seconds=0.3) as (worker, reports):
         quick = await submit(queue, "probe", "sleep", {"ms": 100})

@@ -16,9 +16,10 @@ from dataplane.maintenance.leader import LEADER_TERM
 from dataplane.maintenance.retention import ReapResult
 from dataplane.maintenance.schedule import Maintenance
 from dataplane.queue import QueueClient
+from dataplane.worker.claims.liveness import Liveness
 from telemetry import metrics
 from tests.conftest import wait_until
-from tests.helpers import submit
+from tests.helpers import liveness_lapsed, submit
 from tests.integration.test_worker import running_worker, wait_done
 
 
@@ -180,3 +181,18 @@ async def test_a_lapsed_last_claim_is_counted_and_logged_by_the_claim_or_mainten
     assert line.getMessage().endswith("(reason lease_lapsed, found by maintenance)")
     row = await queue.get(by_pass.job_id)
     assert row is not None and row.status == "poison"
+
+
+async def test_a_rescue_is_counted_by_the_type_of_the_claims_rescued(
+    queue: QueueClient, db: Database, recorded: Recorded
+) -> None:
+    dead = Liveness(db, "dead", "surface-probe", opens=None, beat=0.05, lapse=0.3)
+    await dead.beat_once()
+    for n in range(2):
+        await submit(queue, "probe", "sleep", {"ms": n})
+    assert len(await queue.claim("surface-probe", "dead", limit=2)) == 2
+    await wait_until(lambda: liveness_lapsed(db, "dead"), within=5)
+    live = Liveness(db, "live", "surface-users", opens=None, beat=0.05, lapse=30)
+    await live.beat_once()
+    rescued = {"messaging__destination__name": "surface-probe"}
+    assert recorded.value("dataplane.jobs.rescued", **rescued) == 2
