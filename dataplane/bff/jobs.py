@@ -24,8 +24,8 @@ from dataplane.core.errors import DatabaseError, DatabaseUnavailable
 from dataplane.http import ApiError, note
 from dataplane.queue import JobRow
 from dataplane.queue.envelope import Auth
+from dataplane.queue.notices.retries import error_line
 from dataplane.queue.records import iso
-from dataplane.queue.retries import error_line
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OUTCOME, QUEUE_TYPE, instruments
 

@@ -59,9 +59,9 @@ from dataplane.http import (
 from dataplane.queue import EnqueueResult, JobRow
 from dataplane.queue.blobs import blob_chunks
 from dataplane.queue.envelope import Envelope
-from dataplane.queue.progress import Progress
+from dataplane.queue.notices.progress import Progress
+from dataplane.queue.notices.retries import Retry
 from dataplane.queue.records import Cancellation
-from dataplane.queue.retries import Retry
 from dataplane.surfaces.manifest import Surface
 from telemetry.metrics import OPERATION, QUEUE_TYPE, instruments
 from telemetry.tracing import (

@@ -29,5 +29,5 @@ async def open_to_public(db: Database) -> tuple[bool, str]:
 async def close_to_public(db: Database) -> None:
     """Only roles granted CONNECT (and superusers) may connect to ``db``'s database (run
     by its owner). LISTEN needs no privilege: a role that may connect hears every job id
-    on the done channels (their answers are sealed: ``dataplane.queue.seal``)."""
+    on the done channels (their answers are sealed: ``dataplane.queue.notices.seal``)."""
     await db.execute(q("database_close_to_public"))

@@ -10,8 +10,8 @@ operators' console (``dataplane console``, as a login of ``dataplane_operator``)
 Every child serves Prometheus metrics on a port of its own (the BFF and capcom on
 ``/metrics`` of their HTTP port, each worker on ``DATAPLANE_METRICS_PORT``), printed
 with the URLs, and so are the ``export`` lines that let the CLI of a second shell act on
-this plane (:func:`exports`: the operator login's queue URL, the workers' notify
-secret). ``--base-port N`` pins every port it listens on, Postgres's included, to an
+this plane (:mod:`dataplane.dev.banner`: the operator login's queue URL, the workers'
+notify secret). ``--base-port N`` pins every port it listens on, Postgres's included, to an
 offset from N (:mod:`dataplane.dev.ports`). ``--otlp URL`` points every child's
 OTLP exporter at one endpoint. A child that dies is logged and restarted with
 backoff. A handler's failure is printed here as it happens, one line per failed
@@ -34,16 +34,15 @@ import importlib.util
 import logging
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import trio
 
-from dataplane.auth.verifier import mint_token
 from dataplane.core.settings import from_env
 from dataplane.db import (
     DatabaseConfig,
@@ -53,6 +52,7 @@ from dataplane.db import (
     open_database,
     with_params,
 )
+from dataplane.dev.banner import Banner, banner
 from dataplane.dev.children import Child, supervise
 from dataplane.dev.config import DevConfig
 from dataplane.dev.embedded import EmbeddedPostgres
@@ -202,33 +202,6 @@ def _children(
     return children
 
 
-def exports(logins: dict[str, str], children: list[Child]) -> list[str]:
-    """``export`` lines for a second shell's CLI: ``MAESTRO_QUEUES_URL`` as the operator
-    login (a member of ``dataplane_operator``: ``dataplane jobs``, ``queue``, ``audit``;
-    ``dataplane invalidate`` needs only to connect), and ``DATAPLANE_NOTIFY_SECRET``, the
-    workers' (they believe only an invalidation sealed with it). Valid while this runs:
-    each run gives the logins new passwords and the plane a new secret."""
-    secret = next(
-        (c.env["DATAPLANE_NOTIFY_SECRET"] for c in children if "DATAPLANE_NOTIFY_SECRET" in c.env),
-        None,
-    )
-    found = {"MAESTRO_QUEUES_URL": logins["operator"], "DATAPLANE_NOTIFY_SECRET": secret}
-    return [f"export {name}={shlex.quote(value)}" for name, value in found.items() if value]
-
-
-def metrics_urls(children: list[Child], port: int, capcom_port: int | None) -> dict[str, str]:
-    """Where each child serves its Prometheus metrics."""
-    urls = {}
-    for child in children:
-        if child.name == "bff":
-            urls[child.name] = f"http://127.0.0.1:{port}/metrics"
-        elif child.name == "capcom" and capcom_port is not None:
-            urls[child.name] = f"http://127.0.0.1:{capcom_port}/metrics"
-        elif "DATAPLANE_METRICS_PORT" in child.env:
-            urls[child.name] = f"http://127.0.0.1:{child.env['DATAPLANE_METRICS_PORT']}/metrics"
-    return urls
-
-
 async def _wait_ready(port: int) -> bool:
     import httpx
 
@@ -245,9 +218,6 @@ async def _wait_ready(port: int) -> bool:
     return False
 
 
-RELOAD_ON = "on: a saved file of a surface package restarts what serves it"
-
-
 async def _run(
     server: EmbeddedPostgres, dev_dir: Path, ports: DevPorts, otlp: str | None, reload: bool = False
 ) -> None:
@@ -256,10 +226,8 @@ async def _run(
 
     queue_dsn, logins, ro_dsn = await _prepare(server, say)
     secret = _secret(dev_dir)
-    port, console_port = ports.bff, ports.console
+    port = ports.bff
     children = _children(ports, logins, ro_dsn, secret, otlp)
-    metrics = metrics_urls(children, port, ports.capcom if _capcom_installed() else None)
-    width = max(len(name) for name in metrics)
     log_dir = dev_dir / "logs"
     log_dir.mkdir(exist_ok=True)
     failures = FailureEcho()  # a failed attempt's line in this terminal, as it happens
@@ -274,43 +242,8 @@ async def _run(
             bff_env = {**os.environ, **children[0].env}
             nursery.start_soon(reload_on_change, children, _surfaces(), bff_env)
         ready = await _wait_ready(port)
-        token = mint_token(secret, client="acme", sub="1", staff=True, ttl=30 * 24 * 3600)
-        operator = mint_token(
-            secret, client="acme", sub="dev-operator", roles=["dataplane:operator"], ttl=86400
-        )
-        url = f"http://127.0.0.1:{port}"
-        print(
-            "\n".join(
-                [
-                    "",
-                    f"  Surface Data Plane is {'up' if ready else 'starting (slowly)'}: {url}",
-                    f"  Demo page:      {url}/?token={token}",
-                    f"  OpenAPI:        {url}/openapi.json",
-                    f"  Dev token:      {token}",
-                    "  (staff of client acme, all branches, valid 30 days; mint others with",
-                    f"   DATAPLANE_JWT_SECRET=$(cat {dev_dir}/jwt-secret) dataplane token ...)",
-                    f"  Try:  curl -s -X POST {url}/api/probe/q -H 'Authorization: Bearer <token>'",
-                    "           -H 'Content-Type: application/json'"
-                    ' -d \'{"operation":"echo","params":{}}\'',
-                    f"  Console:        http://127.0.0.1:{console_port}/login",
-                    f"  Operator token: {operator}",
-                    "  (dataplane:operator, valid 1 day: paste it at the console's login)",
-                    f"  Running:        {', '.join(c.name for c in children)}",
-                    "  Metrics:        (Prometheus text, one endpoint per process)",
-                    *(f"    {name:<{width}}  {u}" for name, u in metrics.items()),
-                    f"  OTLP:           {otlp or 'off (dataplane dev --otlp URL)'}",
-                    f"  Queue DB:       {queue_dsn}",
-                    "  The CLI from another shell (jobs, queue, audit, invalidate), while this"
-                    " runs:",
-                    *(f"    {line}" for line in exports(logins, children)),
-                    f"  Logs:           {log_dir}/",
-                    f"  Reload:         {RELOAD_ON if reload else 'off (dataplane dev --reload)'}",
-                    "  Ctrl-C stops everything.",
-                    "",
-                ]
-            ),
-            flush=True,
-        )
+        shown = Banner(ready, ports, secret, dev_dir, children, logins, queue_dsn, otlp, reload)
+        print(banner(replace(shown, capcom=_capcom_installed())), flush=True)
         await trio.sleep_forever()
 
 

@@ -10,6 +10,8 @@
 * :mod:`~dataplane.queue.client`: :class:`QueueClient`, every queue statement (enqueue,
   claim, renew, complete, fail, release), fenced where a claimer writes;
 * :mod:`~dataplane.queue.readers`: the statements that only read (the client's);
+* :mod:`~dataplane.queue.notices`: what its notifies carry (done notes, progress, retries)
+  and how they are sealed;
 * :mod:`~dataplane.queue.migrations`: the ordered schema migrations.
 
 It builds on :mod:`dataplane.db` only; the fleet's maintenance (:mod:`dataplane.maintenance`),
@@ -26,8 +28,8 @@ from dataplane.queue.config import (
     open_queue_database,
     queue_database,
 )
+from dataplane.queue.notices.done import DONE_NOTIFY_INLINE_MAX, split_done_notify
 from dataplane.queue.records import (
-    DONE_NOTIFY_INLINE_MAX,
     Cancellation,
     CancelResult,
     ClaimBatch,
@@ -39,7 +41,6 @@ from dataplane.queue.records import (
     JobRow,
     JsonText,
     Poisoned,
-    split_done_notify,
     to_json,
 )
 from dataplane.queue.types import (

@@ -38,6 +38,9 @@ from dataplane.core.errors import DatabaseError, InvalidArgument, LeaseLost
 from dataplane.db import Database, check_channel, q
 from dataplane.queue.blobs import blob_params
 from dataplane.queue.config import QueueConfig, check_non_negative, check_positive
+from dataplane.queue.notices.done import carried, done_note
+from dataplane.queue.notices.retries import retry_notice
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.readers import QueueReaders
 from dataplane.queue.records import (
     CancelResult,
@@ -49,13 +52,9 @@ from dataplane.queue.records import (
     JsonText,
     Poisoned,
     bounds_json,
-    carried,
-    done_note,
     job_uuid,
     to_json,
 )
-from dataplane.queue.retries import retry_notice
-from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import INVALIDATE_CHANNEL, QueueType, check_queue_type, check_tag
 from telemetry.failures import FAILURES_KEPT, AttemptFailure, storable
 from telemetry.tracing import context_from
@@ -281,7 +280,7 @@ class QueueClient(QueueReaders):
         self, job: ClaimedJob, error: str | AttemptFailure, *, backoff_seconds: float | None = None
     ) -> str:
         """An unexpected error: back to ``pending`` after the backoff (with a retry notify:
-        :mod:`dataplane.queue.retries`), or ``poison`` at the cutoff (with a done notify).
+        :mod:`dataplane.queue.notices.retries`), or ``poison`` at the cutoff (with a done notify).
         ``error`` is its text, or the attempt's record, then appended to the row's ``errors``
         too. Returns the new status; :class:`LeaseLost` if not held."""
         failure = None if isinstance(error, str) else error

@@ -10,7 +10,7 @@ from dataplane.core.errors import ConfigError, InvalidArgument
 from dataplane.core.settings import setting
 from dataplane.db import Database, DatabaseConfig, open_database
 from dataplane.db.connection import ACQUIRE_TIMEOUT, CALL_TIMEOUT, CONNECT_TIMEOUT
-from dataplane.queue.seal import parse_secrets
+from dataplane.queue.notices.seal import parse_secrets
 
 LEASE_SECONDS = 120.0  # claim lease
 FAIL_BACKOFF_SECONDS = 30.0  # a failed job is claimable again after this
@@ -47,7 +47,7 @@ class QueueConfig:
     )
     # Workers seal small answers into their done notifies with the first secret (comma
     # separated: a rotation), BFFs open them with any; unset, every notify names its
-    # job alone and the BFF reads the row (dataplane.queue.seal).
+    # job alone and the BFF reads the row (dataplane.queue.notices.seal).
     notify_secret: str | None = setting("DATAPLANE_NOTIFY_SECRET", None)
 
     def __post_init__(self) -> None:

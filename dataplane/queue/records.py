@@ -226,7 +226,7 @@ class JobRow:
     created_at: datetime
     claimed_at: datetime | None
     completed_at: datetime | None
-    progress: Any = None  # a running job's last progress (dataplane.queue.progress)
+    progress: Any = None  # a running job's last progress (dataplane.queue.notices.progress)
     cancellation: Cancellation | None = None  # who cancelled it, and when (0025)
 
     @classmethod
@@ -240,8 +240,9 @@ class JobRow:
 
     @classmethod
     def from_done_note(cls, job_id: uuid.UUID, text: str) -> JobRow | None:
-        """The row a done notify's opened note holds (:func:`done_note`), or None if
-        ``text`` is not such a note: anything unexpected (not JSON, a field missing or
+        """The row a done notify's opened note holds
+        (:func:`~dataplane.queue.notices.done.done_note`), or None if ``text`` is not
+        such a note: anything unexpected (not JSON, a field missing or
         of another type, a count out of range, a naive timestamp) is None, never an
         error. It holds what an answer and its trace need: of the envelope, only
         ``surface`` and ``traceparent``; ``dedupe_key`` is empty, ``locked_by`` None and
@@ -258,11 +259,11 @@ class JobRow:
         if not all(v is None or isinstance(v, str) for v in (surface, traceparent)):
             return None
         dequeue_count, max_dequeues = d.get("dequeueCount"), d.get("maxDequeues")
-        if not _count(dequeue_count) or not _count(max_dequeues):
+        if not is_count(dequeue_count) or not is_count(max_dequeues):
             return None
-        created = _timestamp(d.get("createdAt"))
-        claimed = _timestamp(d.get("claimedAt"))
-        completed = _timestamp(d.get("completedAt"))
+        created = parse_timestamp(d.get("createdAt"))
+        claimed = parse_timestamp(d.get("claimedAt"))
+        completed = parse_timestamp(d.get("completedAt"))
         if created is None or claimed is None or completed is None:
             return None
         return cls(
@@ -287,11 +288,11 @@ class JobRow:
 MAX_COUNT = 2**31 - 1  # dequeue counts are Postgres integers
 
 
-def _count(value: object) -> TypeGuard[int]:
+def is_count(value: object) -> TypeGuard[int]:
     return type(value) is int and 0 <= value <= MAX_COUNT
 
 
-def _timestamp(value: Any) -> datetime | None:
+def parse_timestamp(value: Any) -> datetime | None:
     """An ISO 8601 timestamp with its offset, else None."""
     if not isinstance(value, str) or len(value) > 40:
         return None
@@ -300,53 +301,6 @@ def _timestamp(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else None
-
-
-DONE_NOTIFY_INLINE_MAX = 1024  # bytes of a result's JSON its done notify may carry
-
-
-def done_note(job: ClaimedJob, result: str, completed_at: datetime) -> str:
-    """The note a done notify carries, sealed, for a small answer: what the answer and
-    its trace need (:meth:`JobRow.from_done_note`); ``result`` is the result's JSON."""
-    payload = job.payload
-    surface = payload.get("surface") if isinstance(payload, dict) else None
-    traceparent = payload.get("traceparent") if isinstance(payload, dict) else None
-    return (
-        f'{{"type":{_COMPACT.encode(job.type)},"dequeueCount":{job.dequeue_count},'
-        f'"maxDequeues":{job.max_dequeues},"createdAt":"{job.created_at.isoformat()}",'
-        f'"claimedAt":"{job.claimed_at.isoformat()}","completedAt":"{completed_at.isoformat()}",'
-        f'"surface":{_COMPACT.encode(surface)},"traceparent":{_COMPACT.encode(traceparent)},'
-        f'"result":{result}}}'
-    )
-
-
-def carried(completion: Completion, result: str) -> bool:
-    """Whether the done notify carries the answer: a result of at most
-    :data:`DONE_NOTIFY_INLINE_MAX` bytes of JSON, without a blob."""
-    if completion.blob is not None or len(result) > DONE_NOTIFY_INLINE_MAX:
-        return False
-    if not result.isascii() and len(result.encode()) > DONE_NOTIFY_INLINE_MAX:
-        return False
-    return not (isinstance(completion.result, dict) and "blobRef" in completion.result)
-
-
-def split_done_notify(payload: str) -> tuple[uuid.UUID, str | None]:
-    """The job id of a done notify, and its sealed note when it carries one (not opened:
-    :class:`~dataplane.queue.seal.NotifySeal` opens it, :meth:`JobRow.from_done_note`
-    reads it).
-
-    ``job_complete`` sends ``<job id>`` alone, or, for a small answer (result JSON of at
-    most :data:`DONE_NOTIFY_INLINE_MAX` bytes, no blob) when the worker holds a notify
-    secret, ``<job id> <sealed note>``; the fail, cancel and poison paths send the id
-    alone. :class:`ValueError` if the payload does not start with a job id."""
-    if len(payload) < 36:
-        raise ValueError(f"not a done notify: {payload[:60]!r}")
-    job_id = uuid.UUID(payload[:36])
-    if len(payload) == 36:
-        return job_id, None
-    if payload[36] != " ":
-        raise ValueError(f"not a done notify: {payload[:60]!r}")
-    return job_id, payload[37:]
 
 
 def job_uuid(value: uuid.UUID | str) -> uuid.UUID:

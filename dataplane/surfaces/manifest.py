@@ -60,7 +60,7 @@ import trio
 from dataplane.core.errors import HttpError, InvalidArgument
 from dataplane.queue import QueueType
 from dataplane.queue.envelope import Auth
-from dataplane.queue.progress import progress_report
+from dataplane.queue.notices.progress import progress_report
 from dataplane.queue.types import check_surface_id, client_tag
 from dataplane.surfaces.gates import STAFF_ONLY, Gate, branch_in_scope, client_match, gate_named
 

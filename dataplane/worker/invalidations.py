@@ -4,7 +4,7 @@
 ``NOTIFY dataplane_invalidate 'c:acme'`` and drop one tenant's cache on every worker,
 or send a tag of 8,000 characters. With ``DATAPLANE_NOTIFY_SECRET`` set (as for sealed
 answers) a worker believes only a sealed invalidation
-(:meth:`~dataplane.queue.seal.NotifySeal.open_invalidation`: it opens with the secret
+(:meth:`~dataplane.queue.notices.seal.NotifySeal.open_invalidation`: it opens with the secret
 and is at most 5 minutes old); without one, a plain tag, as before. Either way the tag
 must be one a BFF would send (:func:`~dataplane.queue.types.check_tag`). The rest is
 refused: counted by reason (``dataplane.invalidations.refused``) and logged at most
@@ -18,7 +18,7 @@ import logging
 import trio
 
 from dataplane.core.errors import InvalidArgument
-from dataplane.queue.seal import NotifySeal
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.types import check_tag
 from telemetry.metrics import instruments
 

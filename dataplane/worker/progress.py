@@ -1,11 +1,11 @@
 """The worker's progress writer: the latest progress of each running job, to its row.
 
 A handler's ``await ctx.progress(...)`` costs no I/O: it checks the report
-(:func:`~dataplane.queue.progress.progress_report`), numbers it and leaves it here,
+(:func:`~dataplane.queue.notices.progress.progress_report`), numbers it and leaves it here,
 replacing what that job left before (the latest always wins). One task per worker
 (:meth:`ProgressWriter.run`) writes what is waiting in one statement
-(:func:`~dataplane.queue.progress.write_progress`: the rows, fenced, and their progress
-notifies), then waits :data:`~dataplane.queue.progress.PROGRESS_INTERVAL` before the
+(:func:`~dataplane.queue.notices.progress.write_progress`: the rows, fenced, and their progress
+notifies), then waits :data:`~dataplane.queue.notices.progress.PROGRESS_INTERVAL` before the
 next write: each job's progress reaches its row and its streams at most five times a
 second, however often its handler reports. A job that reports nothing costs nothing
 here. What is waiting is at most one report per held job (bounded by the worker's
@@ -25,7 +25,12 @@ import trio
 
 from dataplane.core.errors import DatabaseError
 from dataplane.queue import ClaimedJob, QueueClient
-from dataplane.queue.progress import PROGRESS_INTERVAL, Progress, progress_report, write_progress
+from dataplane.queue.notices.progress import (
+    PROGRESS_INTERVAL,
+    Progress,
+    progress_report,
+    write_progress,
+)
 
 log = logging.getLogger(__name__)
 

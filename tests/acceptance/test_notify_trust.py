@@ -23,8 +23,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dataplane.dev.embedded import free_port
 from dataplane.queue import done_channel
-from dataplane.queue.retries import Retry
-from dataplane.queue.seal import NotifySeal
+from dataplane.queue.notices.retries import Retry
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.types import retry_channel
 from tests.acceptance.test_bff import poll_until_done, post
 from tests.conftest import admin_execute, connect_only_role

@@ -17,7 +17,7 @@ from dataplane.bff.reply.pump import ReplyPump
 from dataplane.bff.reply.waiter import Waiter
 from dataplane.db import Database
 from dataplane.queue import QueueClient, QueueConfig, done_channel
-from dataplane.queue.progress import Progress, progress_report, write_progress
+from dataplane.queue.notices.progress import Progress, progress_report, write_progress
 from dataplane.queue.records import ClaimedJob
 from dataplane.queue.types import progress_channel
 from tests.conftest import wait_until

@@ -29,8 +29,8 @@ from dataplane.queue import (
     done_channel,
     split_done_notify,
 )
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.records import ClaimedJob
-from dataplane.queue.seal import NotifySeal
 from tests.conftest import wait_until
 from tests.helpers import NOTIFY_SECRET, complete, submit
 

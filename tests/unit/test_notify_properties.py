@@ -20,8 +20,9 @@ from dataplane.bff.reply.answers import ANSWER_MAX_AGE
 from dataplane.bff.reply.pump import ReplyPump
 from dataplane.db import Database, DatabaseConfig, Notification
 from dataplane.queue import JobRow, QueueClient, QueueConfig, done_channel
-from dataplane.queue.records import ClaimedJob, done_note
-from dataplane.queue.seal import NotifySeal
+from dataplane.queue.notices.done import done_note
+from dataplane.queue.notices.seal import NotifySeal
+from dataplane.queue.records import ClaimedJob
 from tests.helpers import NOTIFY_SECRET
 
 CHANNEL = done_channel("surface-probe")

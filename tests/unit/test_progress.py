@@ -11,7 +11,7 @@ import trio
 
 from dataplane.bff.reply.waiter import Waiter
 from dataplane.queue.envelope import Auth
-from dataplane.queue.progress import MAX_MESSAGE_CHARS, Progress, progress_report
+from dataplane.queue.notices.progress import MAX_MESSAGE_CHARS, Progress, progress_report
 from dataplane.surfaces.manifest import OperationContext
 
 

@@ -19,10 +19,10 @@ from dataplane.bff.reply.updates import RETRY
 from dataplane.bff.reply.waiter import Waiter
 from dataplane.db import Database, DatabaseConfig, Notification
 from dataplane.queue import QueueClient, QueueConfig, done_channel
-from dataplane.queue.progress import Progress
+from dataplane.queue.notices.progress import Progress
+from dataplane.queue.notices.retries import MAX_ERROR_LINE, Retry, error_line, retry_notice
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.records import ClaimedJob
-from dataplane.queue.retries import MAX_ERROR_LINE, Retry, error_line, retry_notice
-from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import retry_channel
 from tests.helpers import NOTIFY_SECRET
 

@@ -5,7 +5,7 @@ on every served surface's done channel, and a waiter map job id -> waiters.
 
 * On a notify for a job with waiters, every waiter of that job gets its finished
   row: carried in the notify itself for a small answer, sealed by the worker
-  (:mod:`dataplane.queue.seal`), else read **once** (notifies that arrive together
+  (:mod:`dataplane.queue.notices.seal`), else read **once** (notifies that arrive together
   are read with one statement). A notify for a job nobody here waits on costs its
   id's parse: a carried answer is kept sealed, not opened.
 * Nothing in a notify is trusted unverified: anyone who may connect to the queue

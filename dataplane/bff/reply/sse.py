@@ -8,7 +8,7 @@ a delta, and every connection and reconnection of a running job's stream gets it
 latest progress first (the row's, or a newer one the reply pump heard), then each
 newer one (``attempt`` and ``seq`` in its data order them: a client may drop one it
 has). A ``retry`` event (an attempt failed and the job waits out its backoff:
-:mod:`dataplane.queue.retries`) is such a state too, without an id: it comes after
+:mod:`dataplane.queue.notices.retries`) is such a state too, without an id: it comes after
 every progress of the attempt that failed and before the next attempt's, and a stream
 that connects while the job waits gets it first, from the row. A ``: keep-alive``
 comment goes out every 15 s without other traffic. Past the stream deadline the
@@ -38,8 +38,8 @@ from dataplane.bff.plane import BffServices
 from dataplane.bff.reply.waiter import NO_PROGRESS, Update, Waiter
 from dataplane.http import Exchange, cork_next_write
 from dataplane.queue import JobRow
-from dataplane.queue.progress import Progress
-from dataplane.queue.retries import Retry
+from dataplane.queue.notices.progress import Progress
+from dataplane.queue.notices.retries import Retry
 from telemetry.metrics import QUEUE_TYPE, instruments
 from telemetry.tracing import context_from, messaging, tracer
 

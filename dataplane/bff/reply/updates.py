@@ -1,9 +1,9 @@
 """What a live job's streams hear before its answer: its *updates*, progress and retries.
 
 Two families of channels carry them, one of each per served queue type:
-``<type>_progress`` (a running job's progress: :mod:`dataplane.queue.progress`) and
+``<type>_progress`` (a running job's progress: :mod:`dataplane.queue.notices.progress`) and
 ``<type>_retry`` (an attempt failed and the job waits out its backoff before the next:
-:mod:`dataplane.queue.retries`). A payload is ``<job id>``, or with the workers' notify
+:mod:`dataplane.queue.notices.retries`). A payload is ``<job id>``, or with the workers' notify
 secret ``<job id> <sealed note>``, sealed under the kind's own associated data
 (``progress|<job id>``, ``retry|<job id>``), so a note of one kind never opens as
 another, nor as an answer.
@@ -31,8 +31,8 @@ from dataplane.bff.reply.waiter import Update, Waiter
 from dataplane.core.errors import DatabaseError
 from dataplane.db import Database, Notification
 from dataplane.queue import QueueClient, split_done_notify
-from dataplane.queue.progress import Progress, read_progress
-from dataplane.queue.retries import Retry, read_retries
+from dataplane.queue.notices.progress import Progress, read_progress
+from dataplane.queue.notices.retries import Retry, read_retries
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ once (:meth:`Waiter.deliver`) and, while it is live, each newer *update*: a prog
 (:meth:`Waiter.deliver_progress`) or a failed attempt it will retry
 (:meth:`Waiter.deliver_retry`). Updates are ordered by ``(attempt, seq)``, a retry after
 every progress of its attempt and before the next attempt's
-(:attr:`~dataplane.queue.retries.Retry.order`): only a later one replaces what the
+(:attr:`~dataplane.queue.notices.retries.Retry.order`): only a later one replaces what the
 waiter holds, so an old update heard late changes nothing. ``Prefer: wait`` waits for
 the row alone (:meth:`Waiter.wait`); a stream for whichever comes first
 (:meth:`Waiter.changed`).
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import trio
 
 from dataplane.queue import JobRow
-from dataplane.queue.progress import Progress
-from dataplane.queue.retries import Retry
+from dataplane.queue.notices.progress import Progress
+from dataplane.queue.notices.retries import Retry
 
 NO_PROGRESS = (-1, -1)  # the order before any update
 

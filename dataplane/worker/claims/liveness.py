@@ -63,7 +63,7 @@ import trio
 
 from dataplane.core.errors import DatabaseError, InvalidArgument
 from dataplane.db import Database, q
-from dataplane.queue.seal import NotifySeal
+from dataplane.queue.notices.seal import NotifySeal
 from telemetry.metrics import QUEUE_TYPE, instruments
 
 log = logging.getLogger(__name__)

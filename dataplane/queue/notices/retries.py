@@ -4,7 +4,7 @@ When an attempt fails with tries left, ``job_fail`` puts the row back to ``pendi
 until ``available_at`` (now + ``DATAPLANE_FAIL_BACKOFF_SECONDS``) and, in the same
 statement (so on commit), notifies the type's retry channel (``surface_<id>_retry``):
 ``<job id>`` alone, or with a notify secret ``<job id> <sealed note>``
-(:mod:`dataplane.queue.seal`, kind ``retry``: a retry note never opens as a progress or
+(:mod:`dataplane.queue.notices.seal`, kind ``retry``: a retry note never opens as a progress or
 done note, nor one of them as a retry). A BFF opens a sealed note and delivers it
 without reading the row; anything else makes it read the row.
 
@@ -31,8 +31,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dataplane.db import Database, q
-from dataplane.queue.records import MAX_COUNT, ClaimedJob, JobRow, _count, _timestamp
-from dataplane.queue.seal import NotifySeal
+from dataplane.queue.notices.seal import NotifySeal
+from dataplane.queue.records import MAX_COUNT, ClaimedJob, JobRow, is_count, parse_timestamp
 from dataplane.queue.types import retry_channel
 
 MAX_ERROR_LINE = 500  # characters of the error a retry (or a POISON answer) shows
@@ -120,8 +120,8 @@ class Retry:
         if not isinstance(value, dict):
             return None
         attempt, most, error = value.get("attempt"), value.get("maxAttempts"), value.get("error")
-        retry_at = _timestamp(value.get("retryAt"))
-        if not (_count(attempt) and _count(most)) or not 0 < attempt < most:
+        retry_at = parse_timestamp(value.get("retryAt"))
+        if not (is_count(attempt) and is_count(most)) or not 0 < attempt < most:
             return None
         if not isinstance(error, str) or retry_at is None:
             return None

@@ -25,7 +25,7 @@ Format of the sealed part (after ``'<job id> '``)::
 * the associated data binds the sealed note to the job id in front of it: a sealed
   answer moved to another job does not open.
 
-Progress notes (``<type>_progress``, :mod:`dataplane.queue.progress`) are sealed the
+Progress notes (``<type>_progress``, :mod:`dataplane.queue.notices.progress`) are sealed the
 same way with the associated data ``"progress|<job id>"``: a done answer does not open
 as a progress note, nor a progress note as an answer.
 

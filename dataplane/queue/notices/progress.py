@@ -5,7 +5,7 @@ short message, and optionally a small partial result. The worker writes the late
 report of each running job to its row (``progress``, migration 0016) at most
 :data:`PROGRESS_INTERVAL` apart, fenced like a completion, and notifies the type's
 progress channel in the same statement: ``<job id>`` alone, or with a notify secret
-``<job id> <sealed note>`` (:mod:`dataplane.queue.seal`, kind ``progress``), which a
+``<job id> <sealed note>`` (:mod:`dataplane.queue.notices.seal`, kind ``progress``), which a
 BFF opens and delivers without reading the row. A note that does not open, or does
 not parse, is never delivered: the row is read instead.
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from dataplane.db import Database, q
+from dataplane.queue.notices.seal import NotifySeal
 from dataplane.queue.records import ClaimedJob
-from dataplane.queue.seal import NotifySeal
 from dataplane.queue.types import progress_channel
 
 PROGRESS_INTERVAL = 0.2  # seconds between two writes of one job's progress (5 a second)
