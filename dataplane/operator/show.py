@@ -27,6 +27,8 @@ def show_lines(job: JobRow, attempts: Sequence[AttemptView]) -> list[str]:
     ]
     if job.completed_at is not None:
         lines.append(f"  completed   {job.completed_at}")
+    if job.cancellation is not None:  # who cancelled it, before or while it ran, and when
+        lines.append(f"  cancelled   {job.cancellation.says()}")
     if job.last_error:
         lines.append(f"  last error  {job.last_error.splitlines()[-1]}")
     lines.append("")

@@ -11,6 +11,8 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -238,26 +240,44 @@ async def test_dev_pins_every_port_to_the_base_port_and_starts_without_a_warning
         stderr.close()
 
 
+@asynccontextmanager
+async def running_dev(
+    tmp_path: Path, port: int, env: dict[str, str]
+) -> AsyncIterator[tuple[trio.Process, Path, str]]:
+    """``dataplane dev --port PORT`` in ``tmp_path`` until its banner is out: the process,
+    the file its output goes to, and the banner's text; SIGINT at the end (then a kill)."""
+    out = tmp_path / "dev.out"
+    log = open(out, "wb")  # noqa: ASYNC230 - closed below
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        await wait_until(
+            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
+        )
+        text = out.read_text()
+        assert proc.poll() is None, text
+        yield proc, out, text
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            with trio.move_on_after(10):
+                await proc.wait()
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
 # Run by the second shell's Python (its environment: the printed exports only).
 WHO = """import os, psycopg
 row = psycopg.connect(os.environ["MAESTRO_QUEUES_URL"]).execute(
     "SELECT current_user, rolsuper, pg_has_role(current_user, 'dataplane_operator', 'member')"
     " FROM pg_roles WHERE rolname = current_user").fetchone()
 print(*row)
-"""
-SEALED_INVALIDATION = """import sys, trio
-from dataplane.compat import install_process
-from dataplane.core.settings import from_env
-from dataplane.db import open_bridge
-from dataplane.queue import QueueClient, QueueConfig, open_queue_database
-
-async def main():
-    config = from_env(QueueConfig)  # MAESTRO_QUEUES_URL, DATAPLANE_NOTIFY_SECRET
-    async with open_bridge(), open_queue_database(config.url, "invalidate") as db:
-        await QueueClient(db, config).invalidate(sys.argv[1])
-
-install_process()  # psycopg on Trio, as the CLI installs it
-trio.run(main)
 """
 UNSEALED_INVALIDATION = """import os, sys, psycopg
 conn = psycopg.connect(os.environ["MAESTRO_QUEUES_URL"], autocommit=True)
@@ -288,21 +308,7 @@ async def test_a_second_shell_runs_the_operator_cli_with_the_printed_exports(
     tag unsealed refused)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
-    out = tmp_path / "dev.out"
-    log = open(out, "wb")  # noqa: ASYNC230 - closed below
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        await wait_until(
-            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
-        )
-        text = out.read_text()
-        assert proc.poll() is None, text
+    async with running_dev(tmp_path, port, env) as (_, _, text):
         exported = _printed_exports(text)
         assert set(exported) == {"MAESTRO_QUEUES_URL", "DATAPLANE_NOTIFY_SECRET"}, text
         assert "user=dataplane_dev_operator" in exported["MAESTRO_QUEUES_URL"]
@@ -341,9 +347,8 @@ async def test_a_second_shell_runs_the_operator_cli_with_the_printed_exports(
             return float(found.group(1)) if found else 0.0
 
         before = await refused()
-        (tmp_path / "invalidate.py").write_text(SEALED_INVALIDATION)
-        sealed = await second_shell("invalidate.py c:acme")  # sealed with the export's secret
-        assert sealed.returncode == 0, sealed.stderr
+        sealed = await second_shell("-m dataplane invalidate c:acme")  # the export's secret
+        assert sealed.returncode == 0 and b"(sealed)" in sealed.stdout, sealed
         (tmp_path / "notify.py").write_text(UNSEALED_INVALIDATION)
         control = await second_shell("notify.py c:acme")  # the same tag, unsealed
         assert control.returncode == 0, control.stderr
@@ -353,16 +358,6 @@ async def test_a_second_shell_runs_the_operator_cli_with_the_printed_exports(
 
         await wait_until(control_refused, within=20)  # heard after the sealed one
         assert await refused() == before + 1  # the sealed one was believed
-        cli = await second_shell("-m dataplane invalidate c:acme")
-        assert cli.returncode == 0, cli.stderr
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            with trio.move_on_after(10):
-                await proc.wait()
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
 
 
 async def test_a_failing_handler_s_error_shows_in_the_dev_terminal_as_it_happens(
@@ -376,21 +371,8 @@ async def test_a_failing_handler_s_error_shows_in_the_dev_terminal_as_it_happens
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAESTRO_", "DATAPLANE_"))}
     env |= shop.env
-    out = tmp_path / "dev.out"
-    log = open(out, "wb")  # noqa: ASYNC230 - closed below
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "dataplane", "dev", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        await wait_until(
-            lambda: "Dev token:" in out.read_text() or proc.poll() is not None, within=180
-        )
-        text = out.read_text()
-        assert proc.poll() is None and "worker-shop" in text, text
+    async with running_dev(tmp_path, port, env) as (proc, out, text):
+        assert "worker-shop" in text, text
         token = re.search(r"Dev token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
             resp = await http.post(
@@ -413,7 +395,3 @@ async def test_a_failing_handler_s_error_shows_in_the_dev_terminal_as_it_happens
         proc.send_signal(signal.SIGINT)
         with trio.fail_after(30):
             await proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        log.close()

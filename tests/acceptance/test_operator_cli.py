@@ -216,6 +216,12 @@ async def test_jobs_cancel_stops_a_running_job_in_its_worker(
     await wait_until(stopped, within=5)
     shown = await cli(queue_dsn, "jobs", "show", str(job))  # who cancelled it, and when
     assert shown.returncode == 0, shown.stderr
+    said = re.search(r"^  cancelled   (.*)$", shown.stdout.decode(), re.M)
+    assert said is not None, shown.stdout
+    assert said.group(1).startswith("the job was cancelled by the operator cli:"), said.group(1)
+    assert " while it ran, at 20" in said.group(1)
+    shown = await cli(queue_dsn, "jobs", "show", str(job), "--json")
+    assert shown.returncode == 0, shown.stderr
     cancellation = json.loads(shown.stdout)["cancellation"]
     assert cancellation["by"] == "operator" and cancellation["running"] is True
     assert cancellation["operator"].startswith("cli:") and cancellation["at"]

@@ -157,11 +157,7 @@ test("an operator's cancel rejects with CANCELLED naming the operator", async ()
 test("a 429 with Retry-After is retried within the budget, each retry seen by onRetry", async () => {
   const nonce = `share-${Date.now()}`;
   const client = probe({ preferWaitSeconds: 0 });
-  const live = [];
-  for (let i = 0; i < MAX_LIVE_PER_CLIENT; i++) {
-    live.push(client.query("bounded", { ms: 2500, nonce: `${nonce}-${i}` }).catch((e) => e));
-  }
-  await sleep(300);
+  const live = await fillTheShare(client, 2500, nonce);
   const retries = [];
   const answer = await probe({ onRetry: (r) => retries.push(r) }).query("echo", { value: nonce });
   assert.deepEqual(answer, { echo: nonce, client: "acme" });
@@ -175,11 +171,7 @@ test("a 429 with Retry-After is retried within the budget, each retry seen by on
 test("a 429 past the budget rejects with it; a 400 is never retried", async () => {
   const nonce = `budget-${Date.now()}`;
   const client = probe({ preferWaitSeconds: 0 });
-  const live = [];
-  for (let i = 0; i < MAX_LIVE_PER_CLIENT; i++) {
-    live.push(client.query("bounded", { ms: 2000, nonce: `${nonce}-${i}` }).catch((e) => e));
-  }
-  await sleep(300);
+  const live = await fillTheShare(client, 2000, nonce);
   const retries = [];
   const tight = probe({ retry: { budgetMs: 500 }, onRetry: (r) => retries.push(r) });
   await assert.rejects(tight.query("echo", { value: 1 }), (err) => {
@@ -451,6 +443,28 @@ async function untilAsync(check, ms) {
     if (Date.now() > end) throw new Error(`not within ${ms} ms: ${check}`);
     await sleep(50);
   }
+}
+
+// The client's share of live jobs taken: MAX_LIVE_PER_CLIENT `bounded` jobs of `ms` (at
+// most 2 run at once), each queued (its 202 answered: in the BFF's count) before this
+// returns. The BFF's count is up to a second old (one read a second, plus what it added
+// since): the wait first lets it see an earlier test's jobs gone, or a POST here would be
+// refused a 429 for them and retried after its Retry-After (5 s), when the first of
+// these jobs may have ended.
+const LIVE_COUNT_REFRESH_MS = 1000;
+
+async function fillTheShare(client, ms, nonce) {
+  await sleep(LIVE_COUNT_REFRESH_MS + 200);
+  let queued = 0;
+  let allQueued;
+  const filled = new Promise((resolve) => (allQueued = resolve));
+  const onEvent = (name) => name === "queued" && ++queued === MAX_LIVE_PER_CLIENT && allQueued();
+  const live = [];
+  for (let i = 0; i < MAX_LIVE_PER_CLIENT; i++) {
+    live.push(client.query("bounded", { ms, nonce: `${nonce}-${i}` }, { onEvent }).catch((e) => e));
+  }
+  await withTimeout(filled, 20_000, () => `${queued} of ${MAX_LIVE_PER_CLIENT} jobs queued`);
+  return live;
 }
 
 function withTimeout(promise, ms, what) {
