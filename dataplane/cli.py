@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -383,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (`dataplane jobs show ID | head`): stop quietly,
+        # as a shell tool does. Point stdout at /dev/null so the interpreter's own flush
+        # at exit cannot fail again. Servers never write stdout, so this is the commands'.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what the shell reports for a command killed by it
 
 
 def _first_leaf(error: BaseException) -> BaseException:

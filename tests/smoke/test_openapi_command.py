@@ -49,3 +49,21 @@ def test_the_registry_chooses_the_surfaces(tmp_path: Path) -> None:
         openapi_cli(DATAPLANE_SURFACES="dataplane_lms:PACKAGE", DATAPLANE_PROBE="1").stdout
     )
     assert "/api/probe/q" in with_probe["paths"]
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly() -> None:
+    """``dataplane openapi | head -c 10``: stdout's reader is gone before the command
+    writes. It ends as a shell tool ends on SIGPIPE (141), without a traceback."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dataplane", "openapi"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
