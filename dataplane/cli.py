@@ -21,7 +21,8 @@ from dataplane.db import Database, open_bridge, with_params
 from dataplane.deploy import command as deploy_command
 from dataplane.dev.ports import HELP as DEV_PORTS_HELP
 from dataplane.operator import commands as operator_commands
-from dataplane.queue import QueueClient, QueueConfig, open_queue_database
+from dataplane.operator import invalidate as invalidate_command
+from dataplane.queue import QueueConfig, open_queue_database
 from dataplane.queue import roles as roles_command
 from dataplane.queue.migrations import migrate
 from telemetry.logs import configure_logging
@@ -147,41 +148,6 @@ async def _cmd_demo_db(args: argparse.Namespace) -> int:
         )
     # The caller chose the password: the DSN goes to stdout (a container's log) without it.
     print(with_params(ro_dsn, password="***"))
-    return 0
-
-
-async def _cmd_invalidate(args: argparse.Namespace) -> int:
-    """Send the tags, sealed with ``DATAPLANE_NOTIFY_SECRET`` when set, and say how many
-    live workers will drop their entries: none would, and nothing is sent (exit 1);
-    some would not, and the line says so (exit 1)."""
-    from dataplane.core.errors import ConfigError, DatabaseError
-    from dataplane.worker.claims.liveness import believes, live_workers, why_unheard
-
-    config = from_env(QueueConfig)
-    async with open_bridge(), open_queue_database(config.url, "invalidate") as db:
-        queue = QueueClient(db, config)
-        try:
-            live = await live_workers(db)
-        except DatabaseError as exc:
-            raise DatabaseError(
-                f"cannot read which workers are alive ({exc}); nothing sent"
-            ) from None
-        deaf = [w for w in live if not believes(w, queue.seal)]
-        if deaf and len(deaf) == len(live):
-            raise ConfigError(f"{why_unheard(deaf, queue.seal)}; nothing sent")
-        await queue.invalidate(*args.tags)
-    sent = f"{len(args.tags)} tag(s)" + (" (sealed)" if queue.seal is not None else "")
-    if not live:
-        print(f"sent {sent}; no worker is alive, so no cache holds an entry to drop")
-    elif deaf:
-        print(
-            f"dataplane invalidate: sent {sent}; {len(live) - len(deaf)} of {len(live)} live"
-            f" worker(s) drop their entries, not the others: {why_unheard(deaf, queue.seal)}",
-            file=sys.stderr,
-        )
-        return 1
-    else:
-        print(f"sent {sent}; {len(live)} live worker(s) drop their entries")
     return 0
 
 
@@ -332,8 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     deploy_command.add_parser(sub)
     openapi_command.add_parser(sub)
     roles_command.add_parser(sub)
-    inv = sub.add_parser("invalidate", help="drop cache entries by tag on every worker")
-    inv.add_argument("tags", nargs="+", help="tags such as c:acme or u:42")
+    invalidate_command.add_parser(sub)
     return parser
 
 
@@ -358,7 +323,7 @@ COMMANDS = {
     "worker": _cmd_worker,
     "maintenance": _cmd_maintenance,
     "demo-db": _cmd_demo_db,
-    "invalidate": _cmd_invalidate,
+    "invalidate": invalidate_command.run,
 }
 
 

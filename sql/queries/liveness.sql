@@ -65,11 +65,3 @@ WHERE w.worker_id = %(worker_id)s
         AND q.locked_by = w.worker_id
   )
 RETURNING w.worker_id;
-
--- name: worker_live
--- The workers alive now: their ids, types and the key ids they open sealed notifies
--- with (`dataplane invalidate`: who will believe a tag).
-SELECT worker_id, type, opens
-FROM maestro_workers
-WHERE alive_until >= now()
-ORDER BY type, worker_id;

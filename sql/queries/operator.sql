@@ -190,3 +190,12 @@ FROM worker_runs
 WHERE job_id = %(id)s::uuid
 ORDER BY finished_at DESC
 LIMIT %(limit)s;
+
+-- name: worker_live
+-- The workers alive now, by their liveness rows (maestro_workers, migration 0024):
+-- their ids, types and the key ids they open sealed notifies with (`dataplane
+-- invalidate`: who will believe a tag).
+SELECT worker_id, type, opens
+FROM maestro_workers
+WHERE alive_until >= now()
+ORDER BY type, worker_id;

@@ -48,9 +48,9 @@ they are re-claimed. A handler must not block the loop that long (it stalls ever
 other job of that worker, and its heartbeat, already); a surface that must, raises
 ``DATAPLANE_WORKER_LAPSE_SECONDS``.
 
-The rows are read too: :func:`live_workers` and :func:`believes` tell
-``dataplane invalidate`` which live workers will believe a tag it sends (each row
-names the key ids of the notify secrets its worker opens with).
+The rows are read too: ``dataplane invalidate`` (:mod:`dataplane.operator.invalidate`)
+says which live workers will believe a tag it sends (each row names the key ids of
+the notify secrets its worker opens with).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ import trio
 
 from dataplane.core.errors import DatabaseError, InvalidArgument
 from dataplane.db import Database, q
-from dataplane.queue.notices.seal import NotifySeal
 from telemetry.metrics import QUEUE_TYPE, instruments
 
 log = logging.getLogger(__name__)
@@ -212,52 +211,3 @@ class Liveness:
 
     def statistics(self) -> LivenessStatistics:
         return LivenessStatistics(self._beats, self._failures, self._workers, self._jobs)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveWorker:
-    worker_id: str
-    type: str
-    opens: tuple[str, ...] | None  # key ids of its notify secrets; None: it holds none
-
-
-async def live_workers(db: Database) -> list[LiveWorker]:
-    """The workers alive now (by their rows; a worker of an older release has none)."""
-    rows = await db.fetchall(q("worker_live"))
-    return [
-        LiveWorker(r["worker_id"], r["type"], tuple(r["opens"]) if r["opens"] is not None else None)
-        for r in rows
-    ]
-
-
-def believes(worker: LiveWorker, seal: NotifySeal | None) -> bool:
-    """Whether ``worker`` drops the cache entries of an invalidation sent with ``seal``
-    (:mod:`dataplane.worker.invalidations`): a worker with a notify secret only a tag
-    sealed with one of its secrets, a worker without one only a plain tag."""
-    if worker.opens is None:
-        return seal is None
-    return seal is not None and seal.key_id in worker.opens
-
-
-def why_unheard(deaf: Sequence[LiveWorker], seal: NotifySeal | None) -> str:
-    """Why the live workers ``deaf`` will not believe an invalidation sent with
-    ``seal`` (:func:`believes`), in one line naming what to set."""
-    if seal is None:
-        return (
-            f"{len(deaf)} live worker(s) believe only sealed invalidations and"
-            " DATAPLANE_NOTIFY_SECRET is not set (set it to the workers' notify secret)"
-        )
-    plain = sum(w.opens is None for w in deaf)
-    others = sorted({kid for w in deaf for kid in w.opens or ()})
-    parts = []
-    if len(deaf) > plain:
-        parts.append(
-            f"{len(deaf) - plain} live worker(s) open sealed invalidations with another notify"
-            f" secret (key id {', '.join(others)}; DATAPLANE_NOTIFY_SECRET's is {seal.key_id})"
-        )
-    if plain:
-        parts.append(
-            f"{plain} live worker(s) hold no notify secret and believe only plain tags"
-            " (unset DATAPLANE_NOTIFY_SECRET to reach them)"
-        )
-    return "; ".join(parts)
