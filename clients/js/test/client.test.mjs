@@ -327,15 +327,21 @@ function cuttingProxy(upstream, { refuseStreams = false } = {}) {
         res.writeHead(ur.statusCode, ur.headers);
         if (!cut) return ur.pipe(res);
         let text = "";
+        let cutting = false;
         ur.on("data", (chunk) => {
-          res.write(chunk);
+          if (cutting) return;
           text += chunk;
-          if (/^event: progress$/m.test(text)) {
-            const ids = [...text.matchAll(/^id: (\S+)$/gm)];
-            state.cutAfterId = ids.at(-1)?.[1];
+          if (!/^event: progress$/m.test(text)) return void res.write(chunk);
+          cutting = true;
+          const ids = [...text.matchAll(/^id: (\S+)$/gm)];
+          state.cutAfterId = ids.at(-1)?.[1];
+          // Cut once this chunk reached the socket: a response's first writes are corked
+          // until the next tick, and a destroy in this one would drop them (the client
+          // would then have seen no event at all, and poll rather than reconnect).
+          res.write(chunk, () => {
             ur.destroy();
             res.destroy();
-          }
+          });
         });
       },
     );
